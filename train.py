@@ -1,8 +1,32 @@
-"""Training entry point (thin absl main). The trainer is being built (issue: Training); until it lands this
-command explains that and exits non-zero rather than pretending to train."""
+"""Train a model from a config file.
 
-import sys
+    python train.py                                                   # MaxMatch on ShapesWorld (configs/maxmatch_shapes.py)
+    python train.py --config configs/NAME.py[:variant] --workdir DIR [--config.train.num_steps=100 ...]
+
+All logic lives in `mmjax.train`; this file only parses flags. The workdir receives Orbax checkpoints, metrics.jsonl,
+TensorBoard events and, after the final evaluation, the results table.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "maxmatch_shapes.py")
+config_flags.DEFINE_config_file("config", _DEFAULT, "Experiment config file (path[:variant]).", lock_config=True)
+flags.DEFINE_string("workdir", "workdir/maxmatch_shapes", "Directory for checkpoints, logs and results.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
+    from mmjax.train.main import run
+    run(flags.FLAGS.config, flags.FLAGS.workdir)
+
 
 if __name__ == "__main__":
-  sys.exit("train.py: the trainer is not yet available in this revision of mmjax "
-           "(matching, similarity, losses, models and data are; see README).")
+    app.run(main)

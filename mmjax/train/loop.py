@@ -1,0 +1,187 @@
+"""The trainer: one pure jitted step `(state, batch, rng) -> (state, metrics)` driven by a resumable loop.
+
+Per step: the pipeline yields this process's rows of the global batch (a pure function of (seed, epoch, step)); they
+become global `jax.Array`s sharded over the mesh's batch axes; the step computes the loss over the whole global
+batch (the B×cB similarity is global — XLA all-gathers what it needs), applies the optimiser and returns metrics.
+The VSE0 warm-up is a static flag: two compiled steps at most.
+
+Checkpoints (Orbax, async) hold the state and the data position; a restarted run resumes from the latest finished
+checkpoint and reproduces the uninterrupted run bit for bit (same keys: `fold_in(state.rng, step)`; same batches).
+A non-finite loss stops training with an error naming the step; the last good checkpoint stays on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from mmjax.data.pipeline import BatchIterator
+from mmjax.train import config_checks
+from mmjax.train.checkpoint import Checkpointer
+from mmjax.train.logging import MetricWriter, Progress
+from mmjax.train.optim import make_optimizer
+from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
+from mmjax.train.state import TrainState, abstract_with_shardings, count_params, create_train_state
+from mmjax.train.tasks import build_task
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def _cast_floating(tree, dtype):
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def make_train_step(task, tx, *, warmup: bool, compute_dtype: str = "float32"):
+    """The pure step. `compute_dtype='bfloat16'` runs the model on bf16 copies of the f32 params and inputs."""
+
+    def step(state: TrainState, batch: dict, rng):
+        def loss_fn(params):
+            p, b = params, batch
+            if compute_dtype != "float32":
+                p = _cast_floating(params, jnp.dtype(compute_dtype))
+                b = {k: (v.astype(compute_dtype) if k in ("image_feats", "images") and
+                         jnp.issubdtype(v.dtype, jnp.floating) else v) for k, v in batch.items()}
+            return task.loss(p, state.extra, b, rng, warmup=warmup)
+
+        (loss, (metrics, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        new_extra = jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), dict(extra), dict(state.extra))
+        return state.replace(step=state.step + 1, params=params, extra=new_extra, opt_state=opt_state), metrics
+
+    return step
+
+
+def _global_caption_image(batch: dict) -> dict:
+    """Local caption→image indices become indices into the global (all-process) image batch."""
+    b = dict(batch)
+    local_images = len(b["example_valid"])
+    b["caption_image"] = (b["caption_image"] + jax.process_index() * local_images).astype(np.int32)
+    return b
+
+
+def _device_batch(batch: dict, keys) -> dict:
+    return {k: batch[k] for k in keys if k in batch}
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final validation metrics."""
+    config_checks.check(config)
+    if config.get("distributed") and config.distributed.get("coordinator"):
+        jax.config.update("jax_cpu_collectives_implementation", config.distributed.get("cpu_collectives", "gloo"))
+        jax.distributed.initialize(config.distributed.coordinator, num_processes=config.distributed.num_processes,
+                                   process_id=config.distributed.process_id)
+    is_lead = jax.process_index() == 0
+    mesh = make_mesh(tuple(config.sharding.mesh))
+    batch_axes = tuple(config.sharding.batch_axes)
+    n_shards = int(np.prod([mesh.shape[a] for a in batch_axes]))
+    if config.data.batch_size % n_shards:
+        raise ValueError(f"config.data.batch_size={config.data.batch_size} is not divisible by the {n_shards} "
+                         f"devices of mesh axes {batch_axes}")
+    os.makedirs(workdir, exist_ok=True)
+    if is_lead:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
+
+    task = build_task(config)
+    data = BatchIterator(task.source_train, task.pipeline)
+    steps_per_epoch = data.steps_per_epoch
+    total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
+    warmup_steps = int(config.loss.get("warmup_epochs", 0) * steps_per_epoch) if "loss" in config else 0
+    sample = data.batch_at(0, 0)
+    device_keys = [k for k in task.device_keys if k in sample]
+    sample = _device_batch(_global_caption_image(sample), device_keys)
+
+    params_shape = jax.eval_shape(lambda r: task.init_variables(r, sample), jax.random.PRNGKey(0))["params"]
+    tx, schedule = make_optimizer(config.optim, params_shape, total_steps)
+    rng = jax.random.PRNGKey(config.seed)
+    state, state_shardings = create_train_state(lambda r: task.init_variables(r, sample), tx, rng, mesh,
+                                                tuple(config.sharding.rules))
+    ckpt = Checkpointer(workdir, keep=config.train.keep_checkpoints, async_save=config.train.async_checkpoints)
+    position = (0, 0)
+    best_rsum = -math.inf
+    if ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(abstract_with_shardings(state, state_shardings))
+        position = tuple(meta["position"])
+        best_rsum = meta.get("best_rsum", -math.inf)
+        if is_lead:
+            print(f"[train] resumed from step {int(state.step)} (data position {position}) in {ckpt.directory}",
+                  flush=True)
+    start_step = int(state.step)
+    data.close()
+    data = BatchIterator(task.source_train, task.pipeline, start=position)
+
+    b_shard = batch_sharding(mesh, batch_axes)
+    in_shardings = (state_shardings, {k: b_shard for k in device_keys}, replicated(mesh))
+    out_shardings = (state_shardings, replicated(mesh))
+    steps = {w: jax.jit(make_train_step(task, tx, warmup=w, compute_dtype=config.train.compute_dtype),
+                        in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,))
+             for w in ({False, True} if warmup_steps else {False})}
+
+    writer = MetricWriter(workdir, enabled=is_lead)
+    progress = Progress(total_steps, start_step, task.examples_per_step, enabled=is_lead,
+                        every=config.train.progress_every_s)
+    if is_lead and start_step == 0:
+        print(f"[train] {config.task}: {count_params(state.params):,} parameters, {total_steps} steps "
+              f"({steps_per_epoch}/epoch), mesh {dict(mesh.shape)}, {jax.process_count()} process(es)", flush=True)
+
+    def meta():
+        return {"position": list(data.position), "best_rsum": best_rsum, "step": int(state.step)}
+
+    val_metrics = {}
+    pending = []
+    t_last = time.time()
+    for step in range(start_step, total_steps):
+        batch = _device_batch(_global_caption_image(next(data)), device_keys)
+        batch = shard_batch(batch, mesh, batch_axes)
+        step_rng = jax.random.fold_in(state.rng, step)
+        state, metrics = steps[step < warmup_steps](state, batch, step_rng)
+        pending.append(metrics)
+        done = step + 1
+        if done % config.train.log_every == 0 or done == total_steps:
+            host = jax.device_get(pending)
+            pending = []
+            loss = float(host[-1]["loss/total"])
+            if not all(math.isfinite(float(m["loss/total"])) for m in host):
+                ckpt.close()
+                raise NonFiniteLossError(
+                    f"non-finite loss at or before step {done} (last logged value {loss}); training stopped. The "
+                    f"last good checkpoint is in {ckpt.directory} (step {ckpt.latest_step()}).")
+            now = time.time()
+            mean = {k: float(np.mean([float(m[k]) for m in host])) for k in host[-1]}
+            mean["lr"] = float(schedule(done))
+            mean["steps_per_s"] = len(host) / max(now - t_last, 1e-9)
+            t_last = now
+            writer.write(done, mean)
+            progress.update(done, loss)
+        if config.train.eval_every and (done % config.train.eval_every == 0 or done == total_steps):
+            val_metrics = task.evaluate(state.params, state.extra)
+            writer.write(done, {f"val/{k}": v for k, v in val_metrics.items()})
+            if is_lead:
+                print(f"[val] step {done}: " + "  ".join(f"{k} {v:.2f}" for k, v in val_metrics.items()
+                                                          if "/" not in k and k.endswith(("r1", "rsum"))), flush=True)
+            if val_metrics.get("rsum", -math.inf) > best_rsum:
+                best_rsum = val_metrics["rsum"]
+                ckpt.save_best(done, state, meta(), best_rsum)
+        if done % config.train.checkpoint_every == 0 or done == total_steps:
+            ckpt.save(done, state, meta(), force=done == total_steps)
+    ckpt.close()
+    data.close()
+    writer.close()
+    progress.update(total_steps, force=True)
+    if not val_metrics and config.train.eval_every:
+        val_metrics = task.evaluate(state.params, state.extra)
+    if is_lead:
+        with open(os.path.join(workdir, "train_summary.json"), "w") as f:
+            json.dump({"final_val": val_metrics, "best_rsum": best_rsum, "steps": total_steps}, f, indent=2)
+    return {"final_val": val_metrics, "best_rsum": best_rsum, "state": state}
