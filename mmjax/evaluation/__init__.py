@@ -1,5 +1,15 @@
 """Evaluation: retrieval metrics (R@K, RSUM, folds), compositional suites, set analysis, plots."""
 
+from mmjax.evaluation.compositional import evaluate_records, is_correct, summarize, task_metrics
+from mmjax.evaluation.controls import evaluate_with_controls, replacement_indices
+from mmjax.evaluation.embed import batched_apply, embed_retrieval_model, evaluate_retrieval, score_sets
+from mmjax.evaluation.registry import EVALUATORS, run_evaluator
 from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds, retrieval_ranks
+from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs, set_pairs
 
-__all__ = ["recall_at_k", "recall_at_k_folds", "retrieval_ranks"]
+__all__ = ["recall_at_k", "recall_at_k_folds", "retrieval_ranks",
+           "EVALUATORS", "run_evaluator",
+           "batched_apply", "embed_retrieval_model", "evaluate_retrieval", "score_sets",
+           "evaluate_records", "is_correct", "summarize", "task_metrics",
+           "evaluate_with_controls", "replacement_indices",
+           "EmbeddingScorer", "cosine_pairs", "set_pairs"]

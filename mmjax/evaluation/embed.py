@@ -1,0 +1,196 @@
+"""Embed each modality once, then score every image set against every caption set in tiles.
+
+Embedding (`batched_apply`): one jitted call per fixed-size batch; the last batch is padded with copies of the last
+row (edge padding keeps masked towers finite) and a row-validity mask slices the padding off again, so a data set of
+any size compiles the embedding function exactly once.
+
+Scoring (`score_sets`): S[i, n] = s(V_i, T_n) for a set similarity `kind` of `mmjax.similarity` (e.g. `'maxmatch'`
+exact assignment S_H, `'maxmatch_topk'` inference, `'smooth_chamfer'`, `'mil'`). The host loops over image chunks of
+`image_chunk` sets; inside one jitted call the captions are split into tiles of `caption_tile` sets and reduced under
+`lax.map`, so peak device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the cosine matmul of each
+tile is one (image_chunk·K_V) × (caption_tile·K_T) GEMM. COCO 5K (5 000 × 25 000 sets, K = 4) therefore never holds
+more than one tile of blocks (defaults 256 × 32 768: all 25 000 captions in one tile, 256·25 000·16 floats ≈ 0.4 GB;
+on CPU a `lax.map` over several caption tiles runs ~1.5× slower than one big GEMM, so prefer one tile when it fits); the [n_images, n_captions] float32 score matrix (500 MB) lives on the host.
+
+`evaluate_retrieval` turns the score matrix into R@1/5/10 both ways, RSUM and median/mean ranks
+(`mmjax.evaluation.retrieval`), over the whole set ("all", e.g. COCO 5K) and as the mean of equal contiguous image
+folds ("folds5", COCO 1K), for each requested similarity kind (MaxMatch: both `'maxmatch_topk'` and `'maxmatch'`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds
+from mmjax.similarity import pairwise_set_similarity
+
+log = logging.getLogger(__name__)
+
+
+class Progress:
+    """Periodic log line "name: done/total (rate/s, ETA s)" — at most one line every `every_s` seconds."""
+
+    def __init__(self, name: str, total: int, *, every_s: float = 10.0, logger: logging.Logger | None = None):
+        self.name, self.total, self.every_s = name, total, every_s
+        self.logger = logger or log
+        self.start = self.last = time.perf_counter()
+
+    def update(self, done: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every_s and done < self.total:
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        eta = (self.total - done) / max(rate, 1e-9)
+        self.logger.info("%s: %d/%d (%.1f/s, ETA %.0f s)", self.name, done, self.total, rate, eta)
+
+
+def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
+    """Pads the leading axis to n rows by repeating the last row (never zeros: an all-masked row could be NaN)."""
+    if x.shape[0] == n:
+        return x
+    return np.concatenate([x, np.repeat(x[-1:], n - x.shape[0], axis=0)], axis=0)
+
+
+def batched_apply(fn: Callable, inputs: Sequence, *, batch_size: int = 256, name: str = "embed",
+                  jit: bool = True) -> dict | np.ndarray:
+    """Applies `fn(*batch)` to fixed-size batches of `inputs` (arrays sharing the leading axis; None passes through)
+    and concatenates the outputs (any pytree of arrays with a leading batch axis; None leaves are dropped).
+
+    The last batch is edge-padded to `batch_size` so `fn` is traced once; the padded rows are sliced off.
+    """
+    arrays = [None if x is None else np.asarray(x) for x in inputs]
+    sizes = {x.shape[0] for x in arrays if x is not None}
+    if len(sizes) != 1:
+        raise ValueError(f"inputs must share one leading dimension, got {sorted(sizes)}")
+    n = sizes.pop()
+    if n == 0:
+        raise ValueError("nothing to embed (0 rows)")
+    batch_size = max(1, min(batch_size, n))
+    call = jax.jit(fn) if jit else fn
+    progress = Progress(name, n)
+    outs = []
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        batch = [None if x is None else _pad_rows(x[start:stop], batch_size) for x in arrays]
+        out = call(*batch)
+        valid = stop - start  # the row-validity mask of this batch is arange(batch_size) < valid
+        outs.append(jax.tree_util.tree_map(lambda y, v=valid: np.asarray(y)[:v], out))
+        progress.update(stop)
+    return jax.tree_util.tree_map(lambda *ys: np.concatenate(ys, axis=0), *outs)
+
+
+def embed_retrieval_model(model, variables, images, image_mask, captions, caption_mask, *,
+                          batch_size: int = 256) -> tuple[dict, dict]:
+    """Image and caption set dicts ({"set", "mask", "global", ...} as numpy) of a `SetRetrievalModel` in eval mode."""
+    def embed_images(x, m):
+        return model.apply(variables, x, m, method="embed_images")
+
+    def embed_captions(ids, m):
+        return model.apply(variables, ids, m, method="embed_captions")
+
+    img = batched_apply(embed_images, (images, image_mask), batch_size=batch_size, name="embed images")
+    txt = batched_apply(embed_captions, (captions, caption_mask), batch_size=batch_size, name="embed captions")
+    return keep_set_arrays(img), keep_set_arrays(txt)
+
+
+def keep_set_arrays(out: dict) -> dict:
+    # Towers may return auxiliary entries (attention maps); evaluation needs only the arrays named below.
+    return {k: v for k, v in out.items() if k in ("set", "mask", "global", "residual") and v is not None}
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "kw_items"))
+def _score_chunk(a, a_mask, b_tiles, b_mask_tiles, kind, kw_items):
+    kw = dict(kw_items)
+
+    def tile(args):
+        b, bm = args
+        return pairwise_set_similarity(a, b, kind, a_mask, bm, **kw)
+
+    scores = jax.lax.map(tile, (b_tiles, b_mask_tiles))  # [n_tiles, image_chunk, caption_tile]
+    return scores.transpose(1, 0, 2).reshape(a.shape[0], -1)
+
+
+def _freeze(kw: dict) -> tuple:
+    def frozen(v):
+        return tuple(sorted(v.items())) if isinstance(v, dict) else v
+    return tuple(sorted((k, frozen(v)) for k, v in kw.items()))
+
+
+def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 256, caption_tile: int = 32768,
+               name: str | None = None, **kw) -> np.ndarray:
+    """Scores float32 [Ba, Bb] between sets a [Ba, K_V, D] and b [Bb, K_T, D] (see module docstring).
+
+    Equals `pairwise_set_similarity(a, b, kind, a_mask, b_mask, **kw)`; `kw` are its options (`s_h`, `alpha`,
+    `solver`, `topk_k`, ...). Padded image rows / caption tiles are sliced off.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"sets must be [B, K, D]; got {a.shape} and {b.shape}")
+    a_mask = np.ones(a.shape[:2], bool) if a_mask is None else np.asarray(a_mask, bool)
+    b_mask = np.ones(b.shape[:2], bool) if b_mask is None else np.asarray(b_mask, bool)
+    ba, bb = a.shape[0], b.shape[0]
+    image_chunk = max(1, min(image_chunk, ba))
+    caption_tile = max(1, min(caption_tile, bb))
+    n_tiles = math.ceil(bb / caption_tile)
+    b_tiles = jnp.asarray(_pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:]))
+    bm_tiles = jnp.asarray(_pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
+    kw_items = _freeze(kw)
+    out = np.empty((ba, bb), np.float32)
+    progress = Progress(name or f"score {kind}", ba)
+    for start in range(0, ba, image_chunk):
+        stop = min(start + image_chunk, ba)
+        chunk = _score_chunk(jnp.asarray(_pad_rows(a[start:stop], image_chunk)),
+                             jnp.asarray(_pad_rows(a_mask[start:stop], image_chunk)), b_tiles, bm_tiles, kind,
+                             kw_items)
+        out[start:stop] = np.asarray(chunk)[:stop - start, :bb]
+        progress.update(stop)
+    return out
+
+
+def evaluate_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *,
+                       kinds: Sequence[str] = ("maxmatch_topk", "maxmatch"), fold_counts: Sequence[int] = (1, 5),
+                       similarity_kw: dict | None = None, image_chunk: int = 256, caption_tile: int = 32768,
+                       return_scores: bool = False) -> dict:
+    """R@K metrics per similarity kind and protocol.
+
+    Args:
+      image_sets / caption_sets: {"set": [N, K, D], "mask": [N, K] (optional)} (outputs of `embed_retrieval_model`).
+      caption_to_image: int [n_captions].
+      kinds: similarity kinds to report (MaxMatch: `'maxmatch_topk'` = paper inference, `'maxmatch'` = exact S_H).
+      fold_counts: 1 → whole set ("all": COCO 5K / Flickr 1K); 5 → mean over 5 contiguous folds ("folds5": COCO 1K).
+        Counts that do not divide the number of images are skipped with a warning.
+    Returns:
+      {kind: {"all": metrics, "folds5": metrics, ...}}, plus {"scores": {kind: array}} when `return_scores`.
+    """
+    c2i = np.asarray(caption_to_image, np.int64)
+    n_images = image_sets["set"].shape[0]
+    results, scores = {}, {}
+    for kind in kinds:
+        t0 = time.perf_counter()
+        sim = score_sets(image_sets["set"], caption_sets["set"], kind, image_sets.get("mask"),
+                         caption_sets.get("mask"), image_chunk=image_chunk, caption_tile=caption_tile,
+                         **(similarity_kw or {}))
+        per_kind = {}
+        for folds in fold_counts:
+            if folds == 1:
+                per_kind["all"] = recall_at_k(sim, c2i)
+            elif n_images % folds == 0:
+                per_kind[f"folds{folds}"] = recall_at_k_folds(sim, c2i, folds)
+            else:
+                log.warning("retrieval: %d images do not split into %d folds; skipped", n_images, folds)
+        per_kind["score_seconds"] = time.perf_counter() - t0
+        results[kind] = per_kind
+        if return_scores:
+            scores[kind] = sim
+    if return_scores:
+        results["scores"] = scores
+    return results

@@ -1,0 +1,109 @@
+"""Score-function adapters shared by the compositional, control and zero-shot evaluators.
+
+The evaluators call one **pair scorer**
+
+    score_fn(image_sources: list[CompositionalRecord], captions: list[str]) -> float array [n]
+
+where pair p scores caption `captions[p]` against the image of record `image_sources[p]` (its `image`, `bbox`,
+`image_id` and `meta`, e.g. ShapesWorld's `meta['image_index']`). Passing the image-source record rather than a path
+lets the replacement controls hand a *different* record's (cropped) image to the same captions.
+
+Adapters:
+- `EmbeddingScorer(encode_images, encode_texts, score)`: embeds each distinct image (key = (image, bbox)) and each
+  distinct caption once, caches them, and scores either pairwise (`mode='pairs'`: `score(img_emb, txt_emb) -> [n]`,
+  row p against row p) or as a matrix over the batch's distinct images × distinct captions (`mode='matrix'`:
+  `score(img_emb [U], txt_emb [C]) -> [U, C]`, then gathered) — the latter suits all-pairs scorers such as
+  `mmjax.flowclip.score_pairs`. Embeddings are pytrees of arrays with a leading axis.
+- `cosine_pairs` (plain CLIP / Global-M on unit vectors), `set_pairs(kind, **kw)` (MaxMatch / set baselines:
+  `mmjax.similarity.block_similarity` on the diagonal blocks, `{"set", "mask"}` embeddings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mmjax.similarity import block_similarity
+
+
+def default_image_key(record) -> Hashable:
+    """Two records show the same pixels iff they share (image, bbox)."""
+    return (record.image, record.bbox)
+
+
+def _stack(trees: list):
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs, axis=0), *trees)
+
+
+def _rows(tree, n: int) -> list:
+    return [jax.tree_util.tree_map(lambda x, i=i: np.asarray(x)[i], tree) for i in range(n)]
+
+
+class EmbeddingScorer:
+    """Pair scorer with per-image / per-caption embedding caches (module docstring).
+
+    Args:
+      encode_images: list[record] -> pytree with leading axis (one row per record, in order).
+      encode_texts: list[str] -> pytree with leading axis.
+      score: pairs mode `(img [n], txt [n]) -> [n]`; matrix mode `(img [U], txt [C]) -> [U, C]`.
+      mode: 'pairs' or 'matrix'.
+      image_key: record -> hashable cache key (default (image, bbox)).
+    """
+
+    def __init__(self, encode_images: Callable, encode_texts: Callable, score: Callable, *, mode: str = "pairs",
+                 image_key: Callable = default_image_key):
+        if mode not in ("pairs", "matrix"):
+            raise ValueError(f"mode must be 'pairs' or 'matrix', got {mode!r}")
+        self.encode_images, self.encode_texts, self.score = encode_images, encode_texts, score
+        self.mode, self.image_key = mode, image_key
+        self.image_cache: dict = {}
+        self.text_cache: dict = {}
+
+    def _fill(self, cache: dict, keys: list, items: list, encode: Callable) -> None:
+        todo = {}
+        for key, item in zip(keys, items):
+            if key not in cache and key not in todo:
+                todo[key] = item
+        if todo:
+            rows = _rows(encode(list(todo.values())), len(todo))
+            cache.update(zip(todo.keys(), rows))
+
+    def __call__(self, image_sources: Sequence, captions: Sequence[str]) -> np.ndarray:
+        if len(image_sources) != len(captions):
+            raise ValueError(f"{len(image_sources)} images for {len(captions)} captions")
+        ikeys = [self.image_key(r) for r in image_sources]
+        self._fill(self.image_cache, ikeys, list(image_sources), self.encode_images)
+        self._fill(self.text_cache, list(captions), list(captions), self.encode_texts)
+        if self.mode == "pairs":
+            img = _stack([self.image_cache[k] for k in ikeys])
+            txt = _stack([self.text_cache[c] for c in captions])
+            return np.asarray(self.score(img, txt), np.float32).reshape(len(captions))
+        uimg = list(dict.fromkeys(ikeys))
+        ucap = list(dict.fromkeys(captions))
+        matrix = np.asarray(self.score(_stack([self.image_cache[k] for k in uimg]),
+                                       _stack([self.text_cache[c] for c in ucap])), np.float32)
+        row = {k: i for i, k in enumerate(uimg)}
+        col = {c: j for j, c in enumerate(ucap)}
+        return matrix[[row[k] for k in ikeys], [col[c] for c in captions]]
+
+
+@jax.jit
+def cosine_pairs(img, txt) -> jax.Array:
+    """cos(v_p, t_p) for rows of [n, d] embeddings (normalised here, float32)."""
+    img = jnp.asarray(img, jnp.float32)
+    txt = jnp.asarray(txt, jnp.float32)
+    img = img / jnp.maximum(jnp.linalg.norm(img, axis=-1, keepdims=True), 1e-12)
+    txt = txt / jnp.maximum(jnp.linalg.norm(txt, axis=-1, keepdims=True), 1e-12)
+    return jnp.sum(img * txt, axis=-1)
+
+
+def set_pairs(kind: str, **kw) -> Callable:
+    """Pair score s(V_p, T_p) of a set similarity kind on {"set": [n, K, D], "mask": [n, K] (optional)} dicts."""
+    @jax.jit
+    def score(img, txt):
+        c = jnp.einsum("nkd,njd->nkj", img["set"], txt["set"], preferred_element_type=jnp.float32)
+        return block_similarity(c, kind, img.get("mask"), txt.get("mask"), **kw)
+    return score
