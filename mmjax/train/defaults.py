@@ -62,3 +62,52 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
     elif variant:
         raise ValueError(f"unknown config variant {variant!r}; known: '' (default), 'smoke'")
     return c
+
+
+def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
+    """`shapesworld.md` §9 `base_clip`: ViT (patch 8 on 64×64, width 256, 4 layers) + 4-layer causal text
+    transformer, projections to 128, symmetric InfoNCE with learnable temperature, AdamW 5e-4, wd 0.1, cosine with 500
+    warm-up steps, batch 512, 20 epochs."""
+    c = ml_collections.ConfigDict()
+    c.task = "clip_pretrain"
+    c.seed = 0
+    c.data = dict(name="shapesworld", preset="default", seed=0, val_split="val", batch_size=512, prefetch=2)
+    c.model = dict(width=256, heads=4, vision_layers=4, text_layers=4, image_size=64, patch_size=8,
+                   projection_dim=128, logit_scale_max=100.0)
+    c.optim = dict(name="adamw", lr=5e-4, weight_decay=0.1, schedule="cosine", warmup_steps=500, clip_norm=1.0)
+    c.train = train_config(num_epochs=20, eval_every=0, log_every=20, checkpoint_every=500)
+    c.sharding = sharding_config()
+    c.distributed = distributed_config()
+    if variant == "smoke":
+        c.data.preset = "tiny"
+        c.data.batch_size = 32
+        c.model.update(width=32, heads=2, vision_layers=1, text_layers=1, projection_dim=16)
+        c.optim.warmup_steps = 2
+        c.train.update(num_epochs=0, num_steps=4, log_every=2, eval_every=4, checkpoint_every=4, progress_every_s=0.0)
+    elif variant:
+        raise ValueError(f"unknown config variant {variant!r}; known: '' (default), 'smoke'")
+    return c
+
+
+def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
+    """Flow-CLIP heads on frozen features (`flowclip.md` §7, LABCLIP recipe): Adam 1e-3, no weight decay or
+    schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = the spec's project defaults."""
+    c = ml_collections.ConfigDict()
+    c.task = "flowclip_head"
+    c.seed = 0
+    c.data = dict(name="shapesworld", clip_workdir="workdir/clip_shapes", cache_dir="", val_split="val",
+                  batch_size=256)
+    c.flowclip = dict(alpha=1.0, tau_p=0.02, pool="logsumexp", lambda_cimr=0.1, cimr_kappa="logit_scale",
+                      cimr_kappa_stop_grad=True, mask_invalid_negatives=True, use_local=True, donor_tries=4,
+                      score_chunk_images=32, all_pairs="gram", max_tokens=32, logit_scale_init=1 / 0.07,
+                      logit_scale_max=100.0)
+    c.optim = dict(name="adam", lr=1e-3, schedule="constant", warmup_steps=0, clip_norm=None)
+    c.train = train_config(num_epochs=5, eval_every=0, log_every=20, checkpoint_every=500)
+    c.sharding = sharding_config()
+    c.distributed = distributed_config()
+    c.eval_caption_chunk = 512
+    if variant.startswith("smoke"):
+        c.data.batch_size = 32
+        c.eval_caption_chunk = 64
+        c.train.update(num_epochs=0, num_steps=4, log_every=2, eval_every=4, checkpoint_every=2, progress_every_s=0.0)
+    return c

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from mmjax.data.pipeline import BatchIterator
 from mmjax.train import config_checks
 from mmjax.train.checkpoint import Checkpointer
+from mmjax.train.export import export_params
 from mmjax.train.logging import MetricWriter, Progress
 from mmjax.train.optim import make_optimizer
 from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
@@ -64,6 +64,8 @@ def make_train_step(task, tx, *, warmup: bool, compute_dtype: str = "float32"):
 
 def _global_caption_image(batch: dict) -> dict:
     """Local caption→image indices become indices into the global (all-process) image batch."""
+    if "caption_image" not in batch:
+        return batch
     b = dict(batch)
     local_images = len(b["example_valid"])
     b["caption_image"] = (b["caption_image"] + jax.process_index() * local_images).astype(np.int32)
@@ -93,8 +95,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
 
-    task = build_task(config)
-    data = BatchIterator(task.source_train, task.pipeline)
+    task = build_task(config, workdir)
+    data = task.make_iterator((0, 0))
     steps_per_epoch = data.steps_per_epoch
     total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
     warmup_steps = int(config.loss.get("warmup_epochs", 0) * steps_per_epoch) if "loss" in config else 0
@@ -119,7 +121,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                   flush=True)
     start_step = int(state.step)
     data.close()
-    data = BatchIterator(task.source_train, task.pipeline, start=position)
+    data = task.make_iterator(position)
 
     b_shard = batch_sharding(mesh, batch_axes)
     in_shardings = (state_shardings, {k: b_shard for k in device_keys}, replicated(mesh))
@@ -179,6 +181,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     data.close()
     writer.close()
     progress.update(total_steps, force=True)
+    info = {"task": config.task, "step": int(state.step)}
+    info.update(task.export_info() if hasattr(task, "export_info") else {})
+    export_params(workdir, {"params": state.params, **state.extra}, info)
     if not val_metrics and config.train.eval_every:
         val_metrics = task.evaluate(state.params, state.extra)
     if is_lead:

@@ -1,7 +1,9 @@
 """Training tasks by name (`config.task`): each builds its data, model and loss from the config.
 
 A task provides
-    source_train, pipeline                 the training `InMemorySource` and `PipelineConfig`
+    make_iterator(start=(epoch, step))     a resumable batch iterator (`.position`, `.steps_per_epoch`,
+                                           `.batch_at(epoch, step)`, `.close()`), e.g. `mmjax.data.pipeline.BatchIterator`
+    device_keys                            batch keys the step consumes
     init_variables(rng, batch) -> variables
     loss(params, extra, batch, rng, *, warmup) -> (loss, (metrics, new_extra))   pure, jitted by the trainer
     evaluate(params, extra) -> dict        host-side validation (must contain "rsum" for best-checkpointing)
@@ -13,11 +15,11 @@ from mmjax.train.tasks.retrieval import RetrievalTask
 TASKS = {"retrieval": RetrievalTask}
 
 
-def build_task(config):
+def build_task(config, workdir: str = "."):
     name = config.task
     if name == "flowclip_head":
         from mmjax.train.tasks.flowclip_head import FlowCLIPHeadTask
-        return FlowCLIPHeadTask(config)
+        return FlowCLIPHeadTask(config, workdir)
     if name == "clip_pretrain":
         from mmjax.train.tasks.clip_pretrain import CLIPPretrainTask
         return CLIPPretrainTask(config)

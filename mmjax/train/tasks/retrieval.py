@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mmjax.data.pipeline import InMemorySource, PipelineConfig, source_from_shapesworld
+from mmjax.data.pipeline import BatchIterator, InMemorySource, PipelineConfig, source_from_shapesworld
 from mmjax.evaluation.retrieval import recall_at_k
 from mmjax.losses import maxmatch_objective
 from mmjax.models.factory import build_retrieval_model
@@ -81,6 +81,9 @@ class RetrievalTask:
         self.pipeline = PipelineConfig(batch_size=data_cfg.batch_size, seed=config.seed, augment=data_cfg.augment,
                                        region_drop_prob=data_cfg.region_drop_prob,
                                        caption_drop_prob=data_cfg.caption_drop_prob, prefetch=data_cfg.prefetch)
+
+    def make_iterator(self, start=(0, 0)):
+        return BatchIterator(self.source_train, self.pipeline, start=start)
 
     # ---- model inputs ---------------------------------------------------------------------------------------
     def _image_inputs(self, batch):

@@ -1,0 +1,102 @@
+"""A small CLIP-style dual encoder trained contrastively on ShapesWorld pixels (`shapesworld.md` §9 `base_clip`).
+
+The towers are `mmjax.models.clip.CLIPModel` (HF CLIP architecture): ViT with 8×8 patches on 64×64 pixels and a
+causal text transformer over the ShapesWorld word tokenizer, pooled at [SEP] (the tokenizer's end token plays CLIP's
+EOT; valid tokens are 1..eot−1 as for CLIP). Loss: symmetric multi-positive InfoNCE over logit_scale·cos with the
+5 captions of each image as its positives (`mmjax.losses.infonce_loss`), learnable temperature (init 0.07,
+clipped at 100). After training the parameters are exported (`mmjax.train.export`) and the model is frozen for
+the Flow-CLIP heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld
+from mmjax.evaluation.retrieval import recall_at_k
+from mmjax.losses import infonce_loss
+from mmjax.models.clip import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPVisionConfig
+
+
+def normalise_pixels(images):
+    """uint8 [B,H,W,3] → float32 in [−1, 1] (the ShapesWorld CLIP's own preprocessing)."""
+    return images.astype(jnp.float32) / 127.5 - 1.0
+
+
+def shapesworld_clip_config(model_cfg, tokenizer) -> CLIPConfig:
+    text = CLIPTextConfig(vocab_size=tokenizer.vocab_size, hidden_size=model_cfg.width,
+                          intermediate_size=4 * model_cfg.width, num_hidden_layers=model_cfg.text_layers,
+                          num_attention_heads=model_cfg.heads, max_position_embeddings=tokenizer.max_len,
+                          hidden_act="gelu", pad_token_id=tokenizer.pad_id, bos_token_id=tokenizer.cls_id,
+                          eos_token_id=tokenizer.sep_id)
+    vision = CLIPVisionConfig(hidden_size=model_cfg.width, intermediate_size=4 * model_cfg.width,
+                              num_hidden_layers=model_cfg.vision_layers, num_attention_heads=model_cfg.heads,
+                              image_size=model_cfg.image_size, patch_size=model_cfg.patch_size, hidden_act="gelu")
+    return CLIPConfig(text_config=text, vision_config=vision, projection_dim=model_cfg.projection_dim,
+                      logit_scale_init_value=float(np.log(1 / 0.07)))
+
+
+def _unit(x):
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True).clip(1e-12)
+
+
+class CLIPPretrainTask:
+    device_keys = ("images", "caption_ids", "caption_mask", "caption_image", "example_valid")
+
+    def __init__(self, config):
+        from mmjax.data import shapesworld
+        self.config = config
+        d = config.data
+        train = shapesworld.generate("train", preset=d.preset, seed=d.seed, mode="pixels")
+        val = shapesworld.generate(d.val_split, preset=d.preset, seed=d.seed, mode="pixels")
+        self.tokenizer = shapesworld.ShapesWorld(train["config"]).tokenizer()
+        self.source_train = source_from_shapesworld(train, self.tokenizer)
+        self.source_val = source_from_shapesworld(val, self.tokenizer)
+        self.clip_config = shapesworld_clip_config(config.model, self.tokenizer)
+        self.model = CLIPModel(self.clip_config)
+        self.examples_per_step = d.batch_size
+        self.pipeline = PipelineConfig(batch_size=d.batch_size, seed=config.seed, augment=False, prefetch=d.prefetch)
+
+    def make_iterator(self, start=(0, 0)):
+        return BatchIterator(self.source_train, self.pipeline, start=start)
+
+    def export_info(self) -> dict:
+        return {"task": "clip_pretrain", "clip_config": dataclasses.asdict(self.clip_config),
+                "tokenizer": "shapesworld", "max_len": self.tokenizer.max_len, "preset": self.config.data.preset,
+                "seed": self.config.data.seed}
+
+    def init_variables(self, rng, batch):
+        return self.model.init(rng, normalise_pixels(batch["images"]), batch["caption_ids"],
+                               batch["caption_mask"].astype(jnp.int32))
+
+    def _scores(self, params, batch):
+        out = self.model.apply({"params": params}, normalise_pixels(batch["images"]), batch["caption_ids"],
+                               batch["caption_mask"].astype(jnp.int32))
+        cos = _unit(out["image"]["global"]) @ _unit(out["text"]["global"]).T
+        return cos, jnp.minimum(out["logit_scale"], self.config.model.logit_scale_max)
+
+    def loss(self, params, extra, batch, rng, *, warmup: bool):
+        cos, scale = self._scores(params, batch)
+        valid = batch["example_valid"]
+        loss, parts = infonce_loss(scale * cos, batch["caption_image"], temperature=1.0, image_valid=valid,
+                                   caption_valid=valid[batch["caption_image"]])
+        return loss, ({"loss/total": loss, "loss/i2t": parts["i2t"], "loss/t2i": parts["t2i"],
+                       "logit_scale": scale}, extra)
+
+    def evaluate(self, params, extra) -> dict:
+        variables = {"params": params}
+        img_fn = jax.jit(lambda v, x: self.model.apply(v, normalise_pixels(x), method="encode_image")["global"])
+        txt_fn = jax.jit(lambda v, i, m: self.model.apply(v, i, m, method="encode_text")["global"])
+        src = self.source_val
+        n, c, t = src.caption_ids.shape
+        img = np.concatenate([np.asarray(img_fn(variables, src.images[s:s + 256])) for s in range(0, n, 256)])
+        ids, mask = src.caption_ids.reshape(n * c, t), src.caption_mask.reshape(n * c, t).astype(np.int32)
+        txt = np.concatenate([np.asarray(txt_fn(variables, ids[s:s + 1024], mask[s:s + 1024]))
+                              for s in range(0, n * c, 1024)])
+        img /= np.linalg.norm(img, axis=1, keepdims=True)
+        txt /= np.linalg.norm(txt, axis=1, keepdims=True)
+        return recall_at_k(img @ txt.T, np.repeat(np.arange(n), c))
