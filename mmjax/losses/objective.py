@@ -31,6 +31,7 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
       alpha=16.0,                   # smooth-Chamfer temperature
       margin=0.2,                   # δ₁
       hard_negative="max",          # after warm-up
+      warmup_epochs=1,              # VSE0 all-negative epochs before hard negatives (read by the trainer)
       warmup_reduction="mean",      # VSE0 warm-up: 'mean' (Set Div) | 'sum' (VSE∞)
       lambda_con=0.5, con_temperature=0.05,
       lambda_gd=0.1, delta_gd=0.6,
