@@ -113,7 +113,8 @@ def _solve_square(a, method: str, options: dict):
   if method == "auction":
     opts = dict(options.get("auction", {}))
     capacity_frac = opts.pop("repair_capacity_frac", 0.01)
-    res = jax.vmap(lambda x: solve_auction(x, **opts))(a)
+    # solve_auction batches internally (batch-last layout, per-problem phases); no vmap here.
+    res = solve_auction(a, **opts)
     perms = _repair(a, res.perm, res.needs_repair, capacity_frac) if k > 1 else res.perm
     return perms, res.needs_repair, res.incomplete, jnp.where(res.incomplete, 0.0, res.gap)
   raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
@@ -124,7 +125,9 @@ def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto
   """Like `solve`, also returning diagnostics (see module docstring).
 
   Options: `pad_penalty` ('auto' or a float), `auction` = dict(eps_start_frac=0.25, theta=0.25, tol_cert=1e-5,
-  max_iters_per_phase=16K+64, loop='while', repair_capacity_frac=0.01), `sinkhorn` = dict(tau=0.05, iters=20).
+  max_iters_per_phase=16K+64, loop='while', certificate='bellman_ford', eps_final=None (1e-3 with the
+  Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, repair_capacity_frac=0.01),
+  `sinkhorn` = dict(tau=0.05, iters=20).
   """
   scores = jnp.asarray(scores)
   _check_scores(scores)

@@ -4,7 +4,8 @@ Top level: task, seed, data, model, loss, optim, train, sharding, distributed, e
 - sharding.mesh: ordered (axis, size) pairs, −1 = remaining devices; sharding.rules: (regex, 'replicate'|'fsdp'|
   spec) for parameter/optimiser-state paths; sharding.batch_axes: axes the batch is split over (see
   `mmjax.train.sharding`).
-- train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never), checkpoint_every,
+- train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never; eval_every_epoch=True:
+  once per epoch), checkpoint_every,
   keep_checkpoints, async_checkpoints, compute_dtype ('float32' | 'bfloat16'), progress_every_s.
 - distributed.coordinator ('host:port' or None), num_processes, process_id, cpu_collectives ('gloo').
 """
@@ -19,7 +20,8 @@ def sharding_config():
 
 
 def train_config(**kw):
-    base = dict(num_epochs=10, num_steps=0, log_every=10, eval_every=0, checkpoint_every=200, keep_checkpoints=2,
+    base = dict(num_epochs=10, num_steps=0, log_every=10, eval_every=0, eval_every_epoch=False,
+                checkpoint_every=200, keep_checkpoints=2,
                 async_checkpoints=True, compute_dtype="float32", progress_every_s=10.0)
     base.update(kw)
     return ml_collections.ConfigDict(base)
@@ -36,7 +38,7 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
     c.seed = 0
     c.data = dict(name="shapesworld", preset="default", seed=0, mode="regions", val_split="val",
                   tokenizer="shapesworld", max_len=20, batch_size=128, augment=True, region_drop_prob=0.2,
-                  caption_drop_prob=0.2, prefetch=2, path="", train_split="train")
+                  caption_drop_prob=0.2, prefetch=2, path="", train_split="train", tokenizer_dir="")
     c.model = dict(
         embed_dim=256, set_head="spm", num_embeds=4, dropout=0.1,
         spm=dict(depth=2, share_weights=True, num_heads=4, head_dim=64, ff_mult=4, dropout=0.1),

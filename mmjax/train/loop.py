@@ -100,6 +100,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     steps_per_epoch = data.steps_per_epoch
     total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
     warmup_steps = int(config.loss.get("warmup_epochs", 0) * steps_per_epoch) if "loss" in config else 0
+    eval_every = steps_per_epoch if config.train.get("eval_every_epoch") else int(config.train.eval_every)
     sample = data.batch_at(0, 0)
     device_keys = [k for k in task.device_keys if k in sample]
     sample = _device_batch(_global_caption_image(sample), device_keys)
@@ -166,7 +167,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             t_last = now
             writer.write(done, mean)
             progress.update(done, loss)
-        if config.train.eval_every and (done % config.train.eval_every == 0 or done == total_steps):
+        if eval_every and (done % eval_every == 0 or done == total_steps):
             val_metrics = task.evaluate(state.params, state.extra)
             writer.write(done, {f"val/{k}": v for k, v in val_metrics.items()})
             if is_lead:
@@ -184,7 +185,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     info = {"task": config.task, "step": int(state.step)}
     info.update(task.export_info() if hasattr(task, "export_info") else {})
     export_params(workdir, {"params": state.params, **state.extra}, info)
-    if not val_metrics and config.train.eval_every:
+    if not val_metrics and eval_every:
         val_metrics = task.evaluate(state.params, state.extra)
     if is_lead:
         with open(os.path.join(workdir, "train_summary.json"), "w") as f:

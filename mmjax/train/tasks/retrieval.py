@@ -25,7 +25,7 @@ from mmjax.similarity import pairwise_set_similarity_chunked
 
 def _shapesworld(cfg, split):
     from mmjax.data import shapesworld
-    data = shapesworld.generate(split, preset=cfg.preset, seed=cfg.seed, mode=cfg.mode)
+    data = shapesworld.generate(split, preset=cfg.preset, seed=cfg.seed, mode=cfg.mode, max_len=cfg.max_len)
     tok = shapesworld.ShapesWorld(data["config"]).tokenizer()
     return data, tok
 
@@ -68,7 +68,11 @@ class RetrievalTask:
             if not os.path.isdir(data_cfg.path):
                 raise FileNotFoundError(f"config.data.path: precomputed-feature directory not found: {data_cfg.path}")
             from mmjax.data.tokenizers import load_tokenizer
-            tok = load_tokenizer("bert", directory=config.model.text.bert_dir, max_len=data_cfg.max_len)
+            tok_dir = data_cfg.get("tokenizer_dir") or config.model.text.bert_dir
+            if not os.path.isdir(tok_dir):
+                raise FileNotFoundError(f"config.data.tokenizer_dir / model.text.bert_dir: WordPiece tokenizer "
+                                        f"directory not found: {tok_dir!r}")
+            tok = load_tokenizer("bert", directory=tok_dir, max_len=data_cfg.max_len)
             self.source_train = _precomp_source(data_cfg, data_cfg.train_split, tok)
             self.source_val = _precomp_source(data_cfg, data_cfg.val_split, tok)
         else:
