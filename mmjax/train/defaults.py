@@ -1,12 +1,14 @@
 """Base configs shared by the files in `configs/` (ml_collections ConfigDicts; every field documented here).
 
 Top level: task, seed, data, model, loss, optim, train, sharding, distributed, eval_max_blocks.
+- sharding.num_devices: use the first N devices (0 = all);
 - sharding.mesh: ordered (axis, size) pairs, −1 = remaining devices; sharding.rules: (regex, 'replicate'|'fsdp'|
   spec) for parameter/optimiser-state paths; sharding.batch_axes: axes the batch is split over (see
   `mmjax.train.sharding`).
 - train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never; eval_every_epoch=True:
   once per epoch), checkpoint_every,
-  keep_checkpoints, async_checkpoints, compute_dtype ('float32' | 'bfloat16'), progress_every_s.
+  keep_checkpoints, async_checkpoints, compute_dtype ('float32' | 'bfloat16'), progress_every_s,
+  fault_injection_kill_at_step (tests only: SIGKILL the process right after that step; 0 = off).
 - distributed.coordinator ('host:port' or None), num_processes, process_id, cpu_collectives ('gloo').
 """
 
@@ -16,13 +18,15 @@ from mmjax.losses import maxmatch_loss_config
 
 
 def sharding_config():
-    return ml_collections.ConfigDict(dict(mesh=(("data", -1),), rules=((".*", "replicate"),), batch_axes=("data",)))
+    return ml_collections.ConfigDict(dict(mesh=(("data", -1),), rules=((".*", "replicate"),), batch_axes=("data",),
+                                          num_devices=0))
 
 
 def train_config(**kw):
     base = dict(num_epochs=10, num_steps=0, log_every=10, eval_every=0, eval_every_epoch=False,
                 checkpoint_every=200, keep_checkpoints=2,
-                async_checkpoints=True, compute_dtype="float32", progress_every_s=10.0)
+                async_checkpoints=True, compute_dtype="float32", progress_every_s=10.0,
+                fault_injection_kill_at_step=0)
     base.update(kw)
     return ml_collections.ConfigDict(base)
 

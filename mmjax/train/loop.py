@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import time
 
 import jax
@@ -84,7 +85,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
         jax.distributed.initialize(config.distributed.coordinator, num_processes=config.distributed.num_processes,
                                    process_id=config.distributed.process_id)
     is_lead = jax.process_index() == 0
-    mesh = make_mesh(tuple(config.sharding.mesh))
+    devices = jax.devices()
+    if config.sharding.get("num_devices"):
+        if config.sharding.num_devices > len(devices):
+            raise ValueError(f"config.sharding.num_devices={config.sharding.num_devices} but only {len(devices)} "
+                             f"device(s) are available")
+        devices = devices[:config.sharding.num_devices]
+    mesh = make_mesh(tuple(config.sharding.mesh), devices)
     batch_axes = tuple(config.sharding.batch_axes)
     n_shards = int(np.prod([mesh.shape[a] for a in batch_axes]))
     if config.data.batch_size % n_shards:
@@ -178,6 +185,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
                 ckpt.save_best(done, state, meta(), best_rsum)
         if done % config.train.checkpoint_every == 0 or done == total_steps:
             ckpt.save(done, state, meta(), force=done == total_steps)
+        if config.train.get("fault_injection_kill_at_step") == done:
+            # Test hook (exact-resume tests): die like a preempted job, possibly with an async save in flight.
+            os.kill(os.getpid(), signal.SIGKILL)
     ckpt.close()
     data.close()
     writer.close()

@@ -1,8 +1,8 @@
 """Flow-CLIP / Global-M heads trained on cached features of a frozen CLIP (`flowclip.md` §5–§7).
 
-Features: `mmjax.models.feature_cache` directories (`data.cache_dir/{train,val}`), written once from the frozen
-encoder if absent — for ShapesWorld from the exported run of `configs/clip_shapes.py` (`data.clip_workdir`), for
-COCO from a Hugging Face CLIP directory (`data.clip_dir`, with Karpathy JSON + NegCLIP TSV inputs). Each training
+Features: `mmjax.models.feature_cache` directories (`data.cache_dir/{train,val}`). For ShapesWorld they are written
+on first use from the exported run of `configs/clip_shapes.py` (`data.clip_workdir`); for COCO they are built
+beforehand from a Hugging Face CLIP directory, Karpathy JSON and NegCLIP TSV by `scripts/cache_clip_features.py`. Each training
 record is (image, positive caption, hard negative or none, image identity); batches are a pure function of
 (seed, epoch, step). Loss: `mmjax.flowclip.flowclip_objective` (HNB + λ_CIMR·CIMR; `flowclip.use_local=False` is
 Global-M, LABCLIP's head). Validation: retrieval R@K/RSUM over the val cache with the head's scores.

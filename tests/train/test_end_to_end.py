@@ -1,0 +1,46 @@
+"""The smoke configs train a few steps on ShapesWorld tiny and leave checkpoints, metrics and an export."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.train.helpers import exported_leaves, run_python, train_cmd
+
+
+def _check_workdir(workdir, steps):
+    rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    train_rows = [r for r in rows if "loss/total" in r]
+    assert train_rows and all(np.isfinite(r["loss/total"]) for r in train_rows)
+    assert any("val/rsum" in r for r in rows)
+    assert glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*"))
+    assert str(steps) in os.listdir(os.path.join(workdir, "checkpoints"))
+    assert os.listdir(os.path.join(workdir, "best"))
+    summary = json.load(open(os.path.join(workdir, "train_summary.json")))
+    assert summary["steps"] == steps and 0 <= summary["final_val"]["rsum"] <= 600
+    assert exported_leaves(workdir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["configs/maxmatch_shapes.py:smoke", "configs/pvse_shapes.py:smoke"])
+def test_retrieval_smoke_configs(tmp_path, config):
+    workdir = str(tmp_path / "run")
+    proc = run_python(train_cmd(config, workdir))
+    assert "Validation results" in proc.stdout
+    _check_workdir(workdir, 6)
+
+
+@pytest.mark.slow
+def test_clip_then_flowclip_head_smoke(tmp_path):
+    clip_dir, head_dir = str(tmp_path / "clip"), str(tmp_path / "head")
+    run_python(train_cmd("configs/clip_shapes.py:smoke", clip_dir))
+    _check_workdir(clip_dir, 4)
+    run_python(train_cmd("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir,
+                         f"--config.data.clip_workdir={clip_dir}"))
+    _check_workdir(head_dir, 4)
+    meta = json.load(open(os.path.join(head_dir, "feature_cache", "train", "meta.json")))
+    assert meta["num_images"] == 512
+    leaves = exported_leaves(head_dir)
+    assert {k for k in leaves if k.endswith("['W']")}  # the ICER residual map was trained and exported
