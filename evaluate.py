@@ -1,6 +1,38 @@
-"""Evaluation entry point (thin absl main). Not yet available in this revision; exits non-zero with a message."""
+"""Evaluate a finished run.
 
-import sys
+    python evaluate.py --config configs/maxmatch_shapes.py --workdir workdir/maxmatch_shapes [--split test]
+
+Runs the evaluators of `config.evals` (retrieval R@K/RSUM with both MaxMatch scores, compositional suites under the
+Real/Shuffle/Fixed image-replacement controls, set analysis with figures) on the run's exported parameters and writes
+`results.json`, `results.md` and `plots/*.png` into the workdir. All logic lives in `mmjax.evaluation.run`.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "maxmatch_shapes.py")
+config_flags.DEFINE_config_file("config", _DEFAULT, "Experiment config file (path[:variant]).", lock_config=True)
+flags.DEFINE_string("workdir", "workdir/maxmatch_shapes", "Workdir of a finished training run.")
+flags.DEFINE_string("split", None, "Split to evaluate (default: config.eval_split, else 'test').")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)
+    from mmjax.evaluation.run import evaluate_workdir
+    workdir = flags.FLAGS.workdir
+    results = evaluate_workdir(flags.FLAGS.config, workdir, split=flags.FLAGS.split)
+    print(open(os.path.join(workdir, "results.md")).read())
+    print("results:", os.path.join(workdir, "results.json"))
+    for name, path in results.get("figures", {}).items():
+        print(f"plot ({name}): {path}")
+
 
 if __name__ == "__main__":
-  sys.exit("evaluate.py: the evaluators are not yet available in this revision of mmjax.")
+    app.run(main)

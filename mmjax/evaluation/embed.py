@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class Progress:
-    """Periodic log line "name: done/total (rate/s, ETA s)" — at most one line every `every_s` seconds."""
+    """Periodic line "name: done/total (rate/s, ETA s)" — at most one every `every_s` seconds; name None = silent."""
 
     def __init__(self, name: str, total: int, *, every_s: float = 10.0, logger: logging.Logger | None = None):
         self.name, self.total, self.every_s = name, total, every_s
@@ -45,12 +45,13 @@ class Progress:
 
     def update(self, done: int) -> None:
         now = time.perf_counter()
-        if now - self.last < self.every_s and done < self.total:
+        if self.name is None or (now - self.last < self.every_s and done < self.total):
             return
         self.last = now
         rate = done / max(now - self.start, 1e-9)
         eta = (self.total - done) / max(rate, 1e-9)
-        self.logger.info("%s: %d/%d (%.1f/s, ETA %.0f s)", self.name, done, self.total, rate, eta)
+        # Printed (not logged): the mains keep absl logging at WARNING to hide Orbax's per-file lines.
+        print(f"[eval] {self.name}: {done}/{self.total} ({rate:.1f}/s, ETA {eta:.0f} s)", flush=True)
 
 
 def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:

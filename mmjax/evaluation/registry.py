@@ -3,7 +3,8 @@
 `cfg` is a plain dict of options (missing keys take the defaults below); `context` carries what the caller owns
 (model apply functions, data, scorers). What each evaluator needs in `context`:
 
-retrieval     either precomputed sets — "image_sets" {"set" [N,K,D], "mask"?}, "caption_sets" — or embedding
+retrieval     either "similarity" (an [n_images, n_captions] array or a callable returning it; models scored as a
+              whole matrix, e.g. Flow-CLIP heads; results keyed by "score_name"), or precomputed sets — "image_sets" {"set" [N,K,D], "mask"?}, "caption_sets" — or embedding
               functions "embed_images"(x, mask) -> dict, "embed_captions"(ids, mask) -> dict with inputs "images",
               "image_mask" (may be None), "captions", "caption_mask"; always "caption_to_image" int [n_captions].
               cfg: kinds ("maxmatch_topk", "maxmatch"), fold_counts (1, 5), similarity_kw {}, batch_size 256,
@@ -43,6 +44,15 @@ def _sets(cfg: dict, context: dict) -> tuple[dict, dict]:
 
 
 def run_retrieval(cfg: dict, context: dict) -> dict:
+    if "similarity" in context:  # models scored as a whole matrix (Flow-CLIP heads, CLIP cosine)
+        from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds
+        sim = context["similarity"]() if callable(context["similarity"]) else context["similarity"]
+        c2i = np.asarray(context["caption_to_image"])
+        out = {"all": recall_at_k(sim, c2i)}
+        for folds in cfg.get("fold_counts", (1, 5)):
+            if folds > 1 and sim.shape[0] % folds == 0:
+                out[f"folds{folds}"] = recall_at_k_folds(sim, c2i, folds)
+        return {context.get("score_name", "score"): out}
     img, txt = _sets(cfg, context)
     return embed.evaluate_retrieval(img, txt, context["caption_to_image"],
                                     kinds=tuple(cfg.get("kinds", ("maxmatch_topk", "maxmatch"))),

@@ -56,6 +56,10 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
     c.sharding = sharding_config()
     c.distributed = distributed_config()
     c.eval_max_blocks = 1 << 18
+    c.eval_split = "test"
+    c.evals = {"retrieval": {"type": "retrieval", "kinds": ("maxmatch_topk", "maxmatch")},
+               "set_analysis": {"type": "set_analysis", "kind": "maxmatch"},
+               "shapesworld_suites": {"type": "compositional"}}
     if variant == "smoke":
         c.data.preset = "tiny"
         c.data.batch_size = 16
@@ -84,6 +88,8 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
     c.train = train_config(num_epochs=20, eval_every=0, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
     c.distributed = distributed_config()
+    c.eval_split = "test"
+    c.evals = {"retrieval": {"type": "retrieval"}, "shapesworld_suites": {"type": "compositional"}}
     if variant == "smoke":
         c.data.preset = "tiny"
         c.data.batch_size = 32
@@ -112,6 +118,8 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
     c.sharding = sharding_config()
     c.distributed = distributed_config()
     c.eval_caption_chunk = 512
+    c.eval_split = "test"
+    c.evals = {"retrieval": {"type": "retrieval"}, "shapesworld_suites": {"type": "compositional"}}
     if variant.startswith("smoke"):
         c.data.batch_size = 32
         c.eval_caption_chunk = 64

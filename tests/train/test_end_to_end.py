@@ -30,6 +30,23 @@ def test_retrieval_smoke_configs(tmp_path, config):
     proc = run_python(train_cmd(config, workdir))
     assert "Validation results" in proc.stdout
     _check_workdir(workdir, 6)
+    if config.startswith("configs/maxmatch"):
+        _check_evaluate(config, workdir, ("maxmatch", "maxmatch_topk"))
+
+
+def _check_evaluate(config, workdir, score_names):
+    proc = run_python(["evaluate.py", f"--config={config}", f"--workdir={workdir}"])
+    results = json.load(open(os.path.join(workdir, "results.json")))
+    for name in score_names:
+        metrics = results["retrieval"][name]["all"]
+        assert set(metrics) >= {"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum"}
+        assert 0 <= metrics["rsum"] <= 600
+    suites = results["shapesworld_suites"]
+    assert {"binding", "relation", "order", "replace_att"} <= set(suites)
+    assert set(suites["binding"]["conditions"]) == {"real", "shuffle", "fixed"}
+    for path in results["figures"].values():
+        assert os.path.getsize(path) > 1000 and path.endswith(".png")
+    assert "plot (" in proc.stdout and os.path.exists(os.path.join(workdir, "results.md"))
 
 
 @pytest.mark.slow
@@ -44,3 +61,4 @@ def test_clip_then_flowclip_head_smoke(tmp_path):
     assert meta["num_images"] == 512
     leaves = exported_leaves(head_dir)
     assert {k for k in leaves if k.endswith("['W']")}  # the ICER residual map was trained and exported
+    _check_evaluate("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir, ("flowclip",))

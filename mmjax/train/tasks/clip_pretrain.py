@@ -11,6 +11,7 @@ the Flow-CLIP heads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -87,16 +88,48 @@ class CLIPPretrainTask:
         return loss, ({"loss/total": loss, "loss/i2t": parts["i2t"], "loss/t2i": parts["t2i"],
                        "logit_scale": scale}, extra)
 
-    def evaluate(self, params, extra) -> dict:
-        variables = {"params": params}
-        img_fn = jax.jit(lambda v, x: self.model.apply(v, normalise_pixels(x), method="encode_image")["global"])
-        txt_fn = jax.jit(lambda v, i, m: self.model.apply(v, i, m, method="encode_text")["global"])
-        src = self.source_val
+    @functools.cached_property
+    def _encoders(self):
+        image = jax.jit(lambda v, x: self.model.apply(v, normalise_pixels(x), method="encode_image"))
+        text = jax.jit(lambda v, i, m: self.model.apply(v, i, m, method="encode_text"))
+        return image, text
+
+    def embed(self, variables, images, caption_ids, caption_mask):
+        """Unit global embeddings (numpy) of images and captions, in batches."""
+        from mmjax.evaluation.embed import batched_apply
+        image_fn, text_fn = self._encoders
+        img = batched_apply(lambda x: image_fn(variables, x)["global"], (images,), name=None)
+        txt = batched_apply(lambda i, m: text_fn(variables, i, m)["global"],
+                            (caption_ids, caption_mask.astype(np.int32)), batch_size=1024, name=None)
+        return (img / np.linalg.norm(img, axis=1, keepdims=True), txt / np.linalg.norm(txt, axis=1, keepdims=True))
+
+    def split_data(self, split):
+        from mmjax.data import shapesworld
+        d = self.config.data
+        data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode="pixels")
+        return data, source_from_shapesworld(data, self.tokenizer)
+
+    def eval_context(self, variables, split: str) -> dict:
+        from mmjax.data.shapesworld.suites import build_suites
+        from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs
+        data, src = (None, self.source_val) if split == self.config.data.val_split else self.split_data(split)
         n, c, t = src.caption_ids.shape
-        img = np.concatenate([np.asarray(img_fn(variables, src.images[s:s + 256])) for s in range(0, n, 256)])
-        ids, mask = src.caption_ids.reshape(n * c, t), src.caption_mask.reshape(n * c, t).astype(np.int32)
-        txt = np.concatenate([np.asarray(txt_fn(variables, ids[s:s + 1024], mask[s:s + 1024]))
-                              for s in range(0, n * c, 1024)])
-        img /= np.linalg.norm(img, axis=1, keepdims=True)
-        txt /= np.linalg.norm(txt, axis=1, keepdims=True)
-        return recall_at_k(img @ txt.T, np.repeat(np.arange(n), c))
+        img, txt = self.embed(variables, src.images, src.caption_ids.reshape(n * c, t),
+                              src.caption_mask.reshape(n * c, t))
+        context = {"similarity": img @ txt.T, "caption_to_image": np.repeat(np.arange(n), c), "score_name": "cosine"}
+        if data is not None:
+            def encode_images(records):
+                idx = np.array([r.meta["image_index"] for r in records])
+                return self.embed(variables, src.images[idx], src.caption_ids[idx, 0], src.caption_mask[idx, 0])[0]
+
+            def encode_texts(captions):
+                enc = self.tokenizer.encode(list(captions))
+                return self.embed(variables, src.images[:1], enc.ids, enc.attention_mask)[1]
+
+            context["records"] = build_suites(data)
+            context["score_fn"] = EmbeddingScorer(encode_images, encode_texts, cosine_pairs)
+        return context
+
+    def evaluate(self, params, extra) -> dict:
+        context = self.eval_context({"params": params}, self.config.data.val_split)
+        return recall_at_k(context["similarity"], context["caption_to_image"])

@@ -67,16 +67,17 @@ class CachedRecordIterator:
         pass
 
 
-def _shapesworld_cache(config, split: str, directory: str, with_negatives: bool):
-    """Encodes a ShapesWorld split with the exported frozen CLIP of `data.clip_workdir`."""
+def _shapesworld_cache(config, split: str, directory: str, with_negatives: bool, clip_workdir: str | None = None):
+    """Encodes a ShapesWorld split with the exported frozen CLIP of `clip_workdir` (default `data.clip_workdir`)."""
     from mmjax.data import shapesworld
     from mmjax.models.clip import CLIPConfig, CLIPModel
     from mmjax.train.export import load_exported
     from mmjax.train.tasks.clip_pretrain import normalise_pixels
 
-    params, info = load_exported(config.data.clip_workdir)
+    clip_workdir = clip_workdir or config.data.clip_workdir
+    params, info = load_exported(clip_workdir)
     if info.get("task") != "clip_pretrain":
-        raise ValueError(f"{config.data.clip_workdir}: exported task is {info.get('task')!r}, not 'clip_pretrain'")
+        raise ValueError(f"{clip_workdir}: exported task is {info.get('task')!r}, not 'clip_pretrain'")
     model = CLIPModel(CLIPConfig.from_dict(info["clip_config"]))
     data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode="pixels")
     tok = shapesworld.ShapesWorld(data["config"]).tokenizer()
@@ -113,7 +114,7 @@ def _shapesworld_cache(config, split: str, directory: str, with_negatives: bool)
                         encode_text=encode_text, records=records, batch_size=bs,
                         max_tokens=config.flowclip.max_tokens, overwrite=True,
                         extra_meta={"source": "shapesworld", "split": split, "clip_workdir":
-                                    os.path.abspath(config.data.clip_workdir)})
+                                    os.path.abspath(clip_workdir)})
 
 
 class FlowCLIPHeadTask:
@@ -122,6 +123,7 @@ class FlowCLIPHeadTask:
 
     def __init__(self, config, workdir: str = "."):
         self.config = config
+        self.workdir = workdir
         d = config.data
         cache_root = d.cache_dir or os.path.join(workdir, "feature_cache")
         self.caches = {}
@@ -168,20 +170,75 @@ class FlowCLIPHeadTask:
                    for k, v in metrics.items()}
         return loss, (metrics, extra)
 
-    def evaluate(self, params, extra) -> dict:
-        cache = self.caches[self.config.data.val_split]
+    def _score_fn(self):
+        fc = self.config.flowclip
+        return jax.jit(lambda p, img, txt: score_pairs(
+            {k: p[k] for k in ("M", "M_tok", "W")}, img, txt, alpha=fc.alpha, tau_p=fc.tau_p, pool=fc.pool,
+            method=fc.all_pairs, chunk_size=fc.score_chunk_images, use_local=fc.use_local))
+
+    def score_cache(self, params, cache: FeatureCache):
+        """Head scores [n_images, n_records] of every cached image against every record's positive caption."""
         records = cache.records()
         images = cache.images(np.arange(cache.num_images))
         pos = np.array([r["pos"] for r in records])
-        caption_to_image = np.array([r["image"] for r in records])
-        fc = self.config.flowclip
-        score = jax.jit(lambda p, img, txt: score_pairs(
-            {k: p[k] for k in ("M", "M_tok", "W")}, img, txt, alpha=fc.alpha, tau_p=fc.tau_p, pool=fc.pool,
-            method=fc.all_pairs, chunk_size=fc.score_chunk_images, use_local=fc.use_local))
-        chunk = self.config.eval_caption_chunk
+        score, chunk = self._score_fn(), self.config.eval_caption_chunk
         cols = []
         for s in range(0, len(pos), chunk):
             idx = pos[s:s + chunk]
             txt = cache.texts(np.concatenate([idx, np.repeat(idx[-1:], chunk - len(idx))]))
             cols.append(np.asarray(score(params, images, txt))[:, :len(idx)])
-        return recall_at_k(np.concatenate(cols, axis=1), caption_to_image)
+        return np.concatenate(cols, axis=1), np.array([r["image"] for r in records])
+
+    def eval_context(self, variables, split: str) -> dict:
+        params = variables["params"]
+        d = self.config.data
+        directory = os.path.join(d.cache_dir or os.path.join(self.workdir, "feature_cache"), split)
+        if not os.path.exists(os.path.join(directory, "meta.json")):
+            if d.name != "shapesworld":
+                raise FileNotFoundError(f"no feature cache for split {split!r} at {directory}")
+            # The frozen CLIP the head was trained on (recorded in the training cache), whatever the config says now.
+            _shapesworld_cache(self.config, split, directory, False, self.caches["train"].meta["clip_workdir"])
+        sim, caption_to_image = self.score_cache(params, FeatureCache(directory))
+        context = {"similarity": sim, "caption_to_image": caption_to_image,
+                   "score_name": "flowclip" if self.config.flowclip.use_local else "global_m"}
+        if d.name == "shapesworld":
+            context.update(_shapesworld_suites_context(self.config, split, params, self._score_fn(),
+                                                       self.caches["train"].meta["clip_workdir"]))
+        return context
+
+    def evaluate(self, params, extra) -> dict:
+        sim, caption_to_image = self.score_cache(params, self.caches[self.config.data.val_split])
+        return recall_at_k(sim, caption_to_image)
+
+
+def _shapesworld_suites_context(config, split, head_params, score, clip_workdir):
+    """Suites scored by the head over frozen-CLIP features computed on the fly (negatives are not cached)."""
+    from mmjax.data import shapesworld
+    from mmjax.data.shapesworld.suites import build_suites
+    from mmjax.evaluation.scorers import EmbeddingScorer
+    from mmjax.models.clip import CLIPConfig, CLIPModel
+    from mmjax.train.export import load_exported
+    from mmjax.train.tasks.clip_pretrain import normalise_pixels
+
+    clip_params, info = load_exported(clip_workdir)
+    model = CLIPModel(CLIPConfig.from_dict(info["clip_config"]))
+    data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode="pixels")
+    tok = shapesworld.ShapesWorld(data["config"]).tokenizer()
+    variables = {"params": clip_params["params"]}
+    img_fn = jax.jit(lambda v, x: model.apply(v, normalise_pixels(x), method="encode_image"))
+    txt_fn = jax.jit(lambda v, i, m: model.apply(v, i, m, method="encode_text"))
+    max_tokens = config.flowclip.max_tokens
+
+    def encode_images(records):
+        idx = np.array([r.meta["image_index"] for r in records])
+        return {k: np.asarray(v) for k, v in img_fn(variables, data["images"][idx]).items()}
+
+    def encode_texts(captions):
+        enc = tok.encode(list(captions))
+        out = txt_fn(variables, enc.ids, enc.attention_mask.astype(np.int32))
+        return {"global": np.asarray(out["global"]), "tokens": np.asarray(out["tokens"])[:, :max_tokens],
+                "valid": np.asarray(out["valid"])[:, :max_tokens]}
+
+    scorer = EmbeddingScorer(encode_images, encode_texts, lambda img, txt: score(head_params, img, txt),
+                             mode="matrix")
+    return {"records": build_suites(data), "score_fn": scorer}

@@ -10,6 +10,7 @@ R@K/RSUM for the training similarity and, for MaxMatch, both the exact-assignmen
 
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -20,14 +21,12 @@ from mmjax.data.pipeline import BatchIterator, InMemorySource, PipelineConfig, s
 from mmjax.evaluation.retrieval import recall_at_k
 from mmjax.losses import maxmatch_objective
 from mmjax.models.factory import build_retrieval_model
-from mmjax.similarity import pairwise_set_similarity_chunked
 
 
-def _shapesworld(cfg, split):
+def _shapesworld_tokenizer(cfg):
     from mmjax.data import shapesworld
-    data = shapesworld.generate(split, preset=cfg.preset, seed=cfg.seed, mode=cfg.mode, max_len=cfg.max_len)
-    tok = shapesworld.ShapesWorld(data["config"]).tokenizer()
-    return data, tok
+    sw_cfg = shapesworld.ShapesWorldConfig.from_preset(cfg.preset, seed=cfg.seed, mode=cfg.mode, max_len=cfg.max_len)
+    return shapesworld.ShapesWorld(sw_cfg).tokenizer()
 
 
 def _precomp_source(cfg, split, tokenizer):
@@ -57,13 +56,12 @@ class RetrievalTask:
             from mmjax.models.hf import load_hf_bert
             bert_module, self.bert_params, _ = load_hf_bert(config.model.text.bert_dir, with_tokenizer=False)
         if data_cfg.name == "shapesworld":
-            train, tok = _shapesworld(data_cfg, "train")
-            val, _ = _shapesworld(data_cfg, data_cfg.val_split)
             if data_cfg.get("tokenizer", "shapesworld") == "bert":
                 from mmjax.data.tokenizers import load_tokenizer
                 tok = load_tokenizer("bert", directory=config.model.text.bert_dir, max_len=data_cfg.max_len)
-            self.source_train = source_from_shapesworld(train, tok)
-            self.source_val = source_from_shapesworld(val, tok)
+            else:
+                tok = _shapesworld_tokenizer(data_cfg)
+            self.regions = data_cfg.mode == "regions"
         elif data_cfg.name == "precomp":
             if not os.path.isdir(data_cfg.path):
                 raise FileNotFoundError(f"config.data.path: precomputed-feature directory not found: {data_cfg.path}")
@@ -73,18 +71,37 @@ class RetrievalTask:
                 raise FileNotFoundError(f"config.data.tokenizer_dir / model.text.bert_dir: WordPiece tokenizer "
                                         f"directory not found: {tok_dir!r}")
             tok = load_tokenizer("bert", directory=tok_dir, max_len=data_cfg.max_len)
-            self.source_train = _precomp_source(data_cfg, data_cfg.train_split, tok)
-            self.source_val = _precomp_source(data_cfg, data_cfg.val_split, tok)
+            self.regions = True
         else:
             raise ValueError(f"config.data.name must be 'shapesworld' or 'precomp', got {data_cfg.name!r}")
         self.tokenizer = tok
         self.model = build_retrieval_model(config.model, tok.vocab_size, bert_module)
-        self.regions = self.source_train.is_regions
-        self.captions_per_image = self.source_train.caption_ids.shape[1]
         self.examples_per_step = config.data.batch_size
         self.pipeline = PipelineConfig(batch_size=data_cfg.batch_size, seed=config.seed, augment=data_cfg.augment,
                                        region_drop_prob=data_cfg.region_drop_prob,
                                        caption_drop_prob=data_cfg.caption_drop_prob, prefetch=data_cfg.prefetch)
+        self._splits = {}
+
+    def split_data(self, split: str):
+        """(raw generated data or None, tokenised `InMemorySource`) of a split, generated/read once."""
+        if split not in self._splits:
+            d = self.config.data
+            if d.name == "shapesworld":
+                from mmjax.data import shapesworld
+                data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode=d.mode, max_len=d.max_len)
+                self._splits[split] = (data, source_from_shapesworld(data, self.tokenizer))
+            else:
+                name = {"train": d.train_split, "val": d.val_split}.get(split, split)
+                self._splits[split] = (None, _precomp_source(d, name, self.tokenizer))
+        return self._splits[split]
+
+    @property
+    def source_train(self):
+        return self.split_data("train")[1]
+
+    @property
+    def source_val(self):
+        return self.split_data(self.config.data.val_split)[1]
 
     def make_iterator(self, start=(0, 0)):
         return BatchIterator(self.source_train, self.pipeline, start=start)
@@ -115,49 +132,68 @@ class RetrievalTask:
                                            caption_valid=valid[batch["caption_image"]])
         return loss, (metrics, updates)
 
-    # ---- validation -----------------------------------------------------------------------------------------
-    def embed_split(self, params, extra, source, batch_size: int = 256):
-        """Eval-mode sets of every image and caption of `source` (jitted, fixed-size padded batches)."""
-        variables = {"params": params, **extra}
-        embed_img = jax.jit(lambda v, x, m: self.model.apply(v, x, m, method="embed_images"))
-        embed_txt = jax.jit(lambda v, x, m: self.model.apply(v, x, m, method="embed_captions"))
+    # ---- validation / evaluation ----------------------------------------------------------------------------
+    def similarity_kinds(self):
+        """(kind, kwargs) pairs evaluated: the training similarity; for MaxMatch the exact and top-k scores."""
+        loss_cfg = self.config.loss
+        if loss_cfg.similarity == "maxmatch":
+            return [("maxmatch", {"s_h": loss_cfg.s_h}), ("maxmatch_topk", {"s_h": loss_cfg.s_h})]
+        kw = {"alpha": loss_cfg.alpha} if loss_cfg.similarity == "smooth_chamfer" else {}
+        return [(loss_cfg.similarity, kw)]
 
-        def run(fn, arrays):
-            n = len(arrays[0])
-            outs = []
-            for start in range(0, n, batch_size):
-                chunk = [None if a is None else a[start:start + batch_size] for a in arrays]
-                pad = batch_size - len(chunk[0])
-                chunk = [None if a is None else np.concatenate([a, np.repeat(a[-1:], pad, 0)]) for a in chunk]
-                o = fn(variables, *chunk)
-                outs.append((np.asarray(o["set"])[:batch_size - pad],
-                             None if o.get("mask") is None else np.asarray(o["mask"])[:batch_size - pad]))
-            sets = np.concatenate([s for s, _ in outs])
-            masks = None if outs[0][1] is None else np.concatenate([m for _, m in outs])
-            return sets, masks
+    @functools.cached_property
+    def _embed_images(self):
+        return jax.jit(lambda v, x, m: self.model.apply(v, x, m, method="embed_images"))
 
-        img_sets, img_masks = run(embed_img, [source.images, source.image_mask])
-        n, c, t = source.caption_ids.shape
-        txt_sets, txt_masks = run(embed_txt, [source.caption_ids.reshape(n * c, t),
-                                              source.caption_mask.reshape(n * c, t)])
-        return img_sets, img_masks, txt_sets, txt_masks
+    @functools.cached_property
+    def _embed_captions(self):
+        return jax.jit(lambda v, x, m: self.model.apply(v, x, m, method="embed_captions"))
+
+    def eval_context(self, variables, split: str) -> dict:
+        """Context for `mmjax.evaluation.registry` evaluators on `split` (embedding functions, data, suites)."""
+        from mmjax.evaluation.scorers import EmbeddingScorer, set_pairs
+        data, src = self.split_data(split)
+        # Variables are an argument (partial of a jitted function), not constants baked into the program.
+        embed_img = functools.partial(self._embed_images, variables)
+        embed_txt = functools.partial(self._embed_captions, variables)
+        n, c, t = src.caption_ids.shape
+        context = {"embed_images": embed_img, "embed_captions": embed_txt, "images": src.images,
+                   "image_mask": src.image_mask, "captions": src.caption_ids.reshape(n * c, t),
+                   "caption_mask": src.caption_mask.reshape(n * c, t), "caption_to_image": np.repeat(np.arange(n), c)}
+        if data is not None:
+            from mmjax.data.shapesworld.suites import build_suites
+
+            def encode_images(records):
+                idx = np.array([r.meta["image_index"] for r in records])
+                mask = None if src.image_mask is None else src.image_mask[idx]
+                return _keep_sets(embed_img(src.images[idx], mask))
+
+            def encode_texts(captions):
+                enc = self.tokenizer.encode(list(captions))
+                return _keep_sets(embed_txt(enc.ids, enc.attention_mask))
+
+            kind, kw = self.similarity_kinds()[-1]
+            context["records"] = build_suites(data)
+            context["score_fn"] = EmbeddingScorer(encode_images, encode_texts, set_pairs(kind, **kw))
+        return context
 
     def evaluate(self, params, extra) -> dict:
-        img, img_m, txt, txt_m = self.embed_split(params, extra, self.source_val)
-        n, c = self.source_val.caption_ids.shape[:2]
-        caption_to_image = np.repeat(np.arange(n), c)
-        loss_cfg = self.config.loss
-        kinds = [loss_cfg.similarity]
-        if loss_cfg.similarity == "maxmatch":
-            kinds = ["maxmatch", "maxmatch_topk"]
+        """Validation R@K / RSUM for every similarity kind (the first kind's keys unprefixed)."""
+        from mmjax.evaluation import embed
+        context = self.eval_context({"params": params, **extra}, self.config.data.val_split)
+        img = embed.keep_set_arrays(embed.batched_apply(context["embed_images"],
+                                                        (context["images"], context["image_mask"]),
+                                                        name="val images"))
+        txt = embed.keep_set_arrays(embed.batched_apply(context["embed_captions"],
+                                                        (context["captions"], context["caption_mask"]),
+                                                        name="val captions"))
         out = {}
-        for kind in kinds:
-            kw = {"s_h": loss_cfg.s_h} if kind.startswith("maxmatch") else {}
-            if kind == "smooth_chamfer":
-                kw["alpha"] = loss_cfg.alpha
-            sim = jax.jit(lambda a, b, am, bm: pairwise_set_similarity_chunked(
-                a, b, kind, am, bm, max_blocks=self.config.eval_max_blocks, **kw))(img, txt, img_m, txt_m)
-            metrics = recall_at_k(np.asarray(sim), caption_to_image)
-            prefix = "" if kind == kinds[0] else f"{kind}/"
-            out.update({f"{prefix}{k}": v for k, v in metrics.items()})
+        for i, (kind, kw) in enumerate(self.similarity_kinds()):
+            sim = embed.score_sets(img["set"], txt["set"], kind, img.get("mask"), txt.get("mask"), **kw)
+            metrics = recall_at_k(sim, context["caption_to_image"])
+            out.update({(k if i == 0 else f"{kind}/{k}"): v for k, v in metrics.items()})
         return out
+
+
+def _keep_sets(out):
+    return {k: np.asarray(out[k]) for k in ("set", "mask") if out.get(k) is not None}
