@@ -35,143 +35,143 @@ _NEG = -1e9  # finite stand-in for −∞ in masked maxima
 
 
 def f_s(x, s):
-  """(exp(s x) − 1)/s, and x when s = 0."""
-  return x if s == 0 else jnp.expm1(s * x) / s
+    """(exp(s x) − 1)/s, and x when s = 0."""
+    return x if s == 0 else jnp.expm1(s * x) / s
 
 
 def _masks(c, row_mask, col_mask):
-  k_v, k_t = c.shape[-2:]
-  row = jnp.ones(c.shape[:-2] + (k_v,), bool) if row_mask is None else jnp.broadcast_to(row_mask, c.shape[:-1])
-  col = jnp.ones(c.shape[:-2] + (k_t,), bool) if col_mask is None else jnp.broadcast_to(
-      col_mask, c.shape[:-2] + (k_t,))
-  return row, col, row[..., :, None] & col[..., None, :]
+    k_v, k_t = c.shape[-2:]
+    row = jnp.ones(c.shape[:-2] + (k_v,), bool) if row_mask is None else jnp.broadcast_to(row_mask, c.shape[:-1])
+    col = jnp.ones(c.shape[:-2] + (k_t,), bool) if col_mask is None else jnp.broadcast_to(
+        col_mask, c.shape[:-2] + (k_t,))
+    return row, col, row[..., :, None] & col[..., None, :]
 
 
 def _count(mask):
-  return jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(jnp.float32)
+    return jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(jnp.float32)
 
 
 def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float = 16.0, s_h: float = 1.0,
                      match_on: str = "cos", solver: str = "auto", solver_options=None, topk_k=None,
                      sigmoid_a: float = 1.0, sigmoid_b: float = 0.0, sinkhorn_tau: float = 0.05,
                      sinkhorn_iters: int = 20, sinkhorn_grad: str = "plan_fixed"):
-  """Reduces blocks `c[..., K_V, K_T]` (masks `row_mask[..., K_V]`, `col_mask[..., K_T]`) to scores `[...]`."""
-  c = c.astype(jnp.float32)
-  row, col, cell = _masks(c, row_mask, col_mask)
-  n_v, n_t = _count(row), _count(col)
-  if kind == "mil":
-    return jnp.max(jnp.where(cell, c, _NEG), axis=(-2, -1))
-  if kind == "average":
-    return jnp.sum(jnp.where(cell, c, 0.0), axis=(-2, -1)) / (n_v * n_t)
-  if kind == "average_sigmoid":
-    return jnp.sum(jnp.where(cell, jax.nn.sigmoid(sigmoid_a * c + sigmoid_b), 0.0), axis=(-2, -1)) / (n_v * n_t)
-  if kind == "chamfer":
-    masked = jnp.where(cell, c, _NEG)
-    rows = jnp.sum(jnp.where(row, jnp.max(masked, axis=-1), 0.0), axis=-1) / n_v
-    cols = jnp.sum(jnp.where(col, jnp.max(masked, axis=-2), 0.0), axis=-1) / n_t
-    return 0.5 * (rows + cols)
-  if kind == "smooth_chamfer":
-    scaled = jnp.where(cell, alpha * c, _NEG)
-    rows = jnp.sum(jnp.where(row, jax.nn.logsumexp(scaled, axis=-1), 0.0), axis=-1) / (alpha * n_v)
-    cols = jnp.sum(jnp.where(col, jax.nn.logsumexp(scaled, axis=-2), 0.0), axis=-1) / (alpha * n_t)
-    return 0.5 * (rows + cols)
-  if kind == "maxmatch":
-    if match_on not in ("cos", "transformed"):
-      raise ValueError(f"match_on must be 'cos' or 'transformed', got {match_on!r}")
-    target = jax.lax.stop_gradient(c if match_on == "cos" else f_s(c, s_h))
-    mask = None if row_mask is None and col_mask is None else (row, col)
-    cols = matching.solve(target, solver, mask, **(solver_options or {}))
-    matched = cols >= 0
-    picked = jnp.take_along_axis(c, jnp.clip(cols, 0, c.shape[-1] - 1)[..., None], axis=-1)[..., 0]
-    return jnp.sum(jnp.where(matched, f_s(picked, s_h), 0.0), axis=-1) / _count(matched)
-  if kind == "maxmatch_topk":
-    k_v, k_t = c.shape[-2:]
-    flat = jnp.where(cell, c, _NEG).reshape(c.shape[:-2] + (k_v * k_t,))
-    m = jnp.minimum(jnp.sum(row, -1), jnp.sum(col, -1))
-    if topk_k is None:
-      k_static, k_eff = min(k_v, k_t), m
-    else:
-      k_static = min(int(topk_k), k_v * k_t)
-      k_eff = jnp.minimum(k_static, jnp.sum(row, -1) * jnp.sum(col, -1))
-    top = jax.lax.top_k(flat, k_static)[0]
-    take = jnp.arange(k_static) < k_eff[..., None]
-    return jnp.sum(jnp.where(take, f_s(top, s_h), 0.0), axis=-1) / jnp.maximum(k_eff, 1).astype(jnp.float32)
-  if kind == "sinkhorn_soft":
-    if row_mask is not None or col_mask is not None or c.shape[-1] != c.shape[-2]:
-      raise ValueError(f"sinkhorn_soft needs square unmasked blocks, got {c.shape[-2:]} with masks")
-    if sinkhorn_grad not in ("plan_fixed", "unroll"):
-      raise ValueError(f"sinkhorn_grad must be 'plan_fixed' or 'unroll', got {sinkhorn_grad!r}")
-    src = jax.lax.stop_gradient(c) if sinkhorn_grad == "plan_fixed" else c
-    plan = jax.vmap(lambda x: matching.sinkhorn_plan(x, sinkhorn_tau, sinkhorn_iters))(
-        src.reshape((-1,) + c.shape[-2:])).reshape(c.shape)
-    return jnp.sum(plan * f_s(c, s_h), axis=(-2, -1)) / c.shape[-1]
-  raise ValueError(f"unknown similarity kind {kind!r}; choose one of {KINDS}")
+    """Reduces blocks `c[..., K_V, K_T]` (masks `row_mask[..., K_V]`, `col_mask[..., K_T]`) to scores `[...]`."""
+    c = c.astype(jnp.float32)
+    row, col, cell = _masks(c, row_mask, col_mask)
+    n_v, n_t = _count(row), _count(col)
+    if kind == "mil":
+        return jnp.max(jnp.where(cell, c, _NEG), axis=(-2, -1))
+    if kind == "average":
+        return jnp.sum(jnp.where(cell, c, 0.0), axis=(-2, -1)) / (n_v * n_t)
+    if kind == "average_sigmoid":
+        return jnp.sum(jnp.where(cell, jax.nn.sigmoid(sigmoid_a * c + sigmoid_b), 0.0), axis=(-2, -1)) / (n_v * n_t)
+    if kind == "chamfer":
+        masked = jnp.where(cell, c, _NEG)
+        rows = jnp.sum(jnp.where(row, jnp.max(masked, axis=-1), 0.0), axis=-1) / n_v
+        cols = jnp.sum(jnp.where(col, jnp.max(masked, axis=-2), 0.0), axis=-1) / n_t
+        return 0.5 * (rows + cols)
+    if kind == "smooth_chamfer":
+        scaled = jnp.where(cell, alpha * c, _NEG)
+        rows = jnp.sum(jnp.where(row, jax.nn.logsumexp(scaled, axis=-1), 0.0), axis=-1) / (alpha * n_v)
+        cols = jnp.sum(jnp.where(col, jax.nn.logsumexp(scaled, axis=-2), 0.0), axis=-1) / (alpha * n_t)
+        return 0.5 * (rows + cols)
+    if kind == "maxmatch":
+        if match_on not in ("cos", "transformed"):
+            raise ValueError(f"match_on must be 'cos' or 'transformed', got {match_on!r}")
+        target = jax.lax.stop_gradient(c if match_on == "cos" else f_s(c, s_h))
+        mask = None if row_mask is None and col_mask is None else (row, col)
+        cols = matching.solve(target, solver, mask, **(solver_options or {}))
+        matched = cols >= 0
+        picked = jnp.take_along_axis(c, jnp.clip(cols, 0, c.shape[-1] - 1)[..., None], axis=-1)[..., 0]
+        return jnp.sum(jnp.where(matched, f_s(picked, s_h), 0.0), axis=-1) / _count(matched)
+    if kind == "maxmatch_topk":
+        k_v, k_t = c.shape[-2:]
+        flat = jnp.where(cell, c, _NEG).reshape(c.shape[:-2] + (k_v * k_t,))
+        m = jnp.minimum(jnp.sum(row, -1), jnp.sum(col, -1))
+        if topk_k is None:
+            k_static, k_eff = min(k_v, k_t), m
+        else:
+            k_static = min(int(topk_k), k_v * k_t)
+            k_eff = jnp.minimum(k_static, jnp.sum(row, -1) * jnp.sum(col, -1))
+        top = jax.lax.top_k(flat, k_static)[0]
+        take = jnp.arange(k_static) < k_eff[..., None]
+        return jnp.sum(jnp.where(take, f_s(top, s_h), 0.0), axis=-1) / jnp.maximum(k_eff, 1).astype(jnp.float32)
+    if kind == "sinkhorn_soft":
+        if row_mask is not None or col_mask is not None or c.shape[-1] != c.shape[-2]:
+            raise ValueError(f"sinkhorn_soft needs square unmasked blocks, got {c.shape[-2:]} with masks")
+        if sinkhorn_grad not in ("plan_fixed", "unroll"):
+            raise ValueError(f"sinkhorn_grad must be 'plan_fixed' or 'unroll', got {sinkhorn_grad!r}")
+        src = jax.lax.stop_gradient(c) if sinkhorn_grad == "plan_fixed" else c
+        plan = jax.vmap(lambda x: matching.sinkhorn_plan(x, sinkhorn_tau, sinkhorn_iters))(
+            src.reshape((-1,) + c.shape[-2:])).reshape(c.shape)
+        return jnp.sum(plan * f_s(c, s_h), axis=(-2, -1)) / c.shape[-1]
+    raise ValueError(f"unknown similarity kind {kind!r}; choose one of {KINDS}")
 
 
 def _check_sets(a, b, a_mask, b_mask):
-  if a.ndim != 3:
-    raise ValueError(f"a must be [Ba, K, D], got shape {a.shape}")
-  if b.ndim != 3:
-    raise ValueError(f"b must be [Bb, K', D], got shape {b.shape}")
-  if a.shape[-1] != b.shape[-1]:
-    raise ValueError(f"embedding dimension mismatch: a has D={a.shape[-1]} (shape {a.shape}), "
-                     f"b has D={b.shape[-1]} (shape {b.shape})")
-  for name, mask, x in (("a_mask", a_mask, a), ("b_mask", b_mask, b)):
-    if mask is not None and tuple(mask.shape) != x.shape[:2]:
-      raise ValueError(f"{name} must have shape {x.shape[:2]} to match its set, got {tuple(mask.shape)}")
+    if a.ndim != 3:
+        raise ValueError(f"a must be [Ba, K, D], got shape {a.shape}")
+    if b.ndim != 3:
+        raise ValueError(f"b must be [Bb, K', D], got shape {b.shape}")
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"embedding dimension mismatch: a has D={a.shape[-1]} (shape {a.shape}), "
+                         f"b has D={b.shape[-1]} (shape {b.shape})")
+    for name, mask, x in (("a_mask", a_mask, a), ("b_mask", b_mask, b)):
+        if mask is not None and tuple(mask.shape) != x.shape[:2]:
+            raise ValueError(f"{name} must have shape {x.shape[:2]} to match its set, got {tuple(mask.shape)}")
 
 
 def block_cosines(a, b):
-  """C[i, n, k, j] = a[i, k] · b[n, j] from one (Ba·K_V) × (Bb·K_T) matmul, in float32."""
-  ba, k_v, d = a.shape
-  bb, k_t, _ = b.shape
-  c = jnp.matmul(a.reshape(ba * k_v, d), b.reshape(bb * k_t, d).T, preferred_element_type=jnp.float32)
-  return c.reshape(ba, k_v, bb, k_t).transpose(0, 2, 1, 3)
+    """C[i, n, k, j] = a[i, k] · b[n, j] from one (Ba·K_V) × (Bb·K_T) matmul, in float32."""
+    ba, k_v, d = a.shape
+    bb, k_t, _ = b.shape
+    c = jnp.matmul(a.reshape(ba * k_v, d), b.reshape(bb * k_t, d).T, preferred_element_type=jnp.float32)
+    return c.reshape(ba, k_v, bb, k_t).transpose(0, 2, 1, 3)
 
 
 def pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, **kw):
-  """Scores `[Ba, Bb]` between sets `a[Ba, K, D]` and `b[Bb, K', D]` (unit rows) for `kind` (module docstring)."""
-  a, b = jnp.asarray(a), jnp.asarray(b)
-  a_mask = None if a_mask is None else jnp.asarray(a_mask, bool)
-  b_mask = None if b_mask is None else jnp.asarray(b_mask, bool)
-  _check_sets(a, b, a_mask, b_mask)
-  c = block_cosines(a, b)
-  row = None if a_mask is None else a_mask[:, None, :]
-  col = None if b_mask is None else b_mask[None, :, :]
-  if (row is None) != (col is None):
-    row = jnp.ones(a.shape[:2], bool)[:, None, :] if row is None else row
-    col = jnp.ones(b.shape[:2], bool)[None, :, :] if col is None else col
-  return block_similarity(c, kind, row, col, **kw)
+    """Scores `[Ba, Bb]` between sets `a[Ba, K, D]` and `b[Bb, K', D]` (unit rows) for `kind` (module docstring)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    a_mask = None if a_mask is None else jnp.asarray(a_mask, bool)
+    b_mask = None if b_mask is None else jnp.asarray(b_mask, bool)
+    _check_sets(a, b, a_mask, b_mask)
+    c = block_cosines(a, b)
+    row = None if a_mask is None else a_mask[:, None, :]
+    col = None if b_mask is None else b_mask[None, :, :]
+    if (row is None) != (col is None):
+        row = jnp.ones(a.shape[:2], bool)[:, None, :] if row is None else row
+        col = jnp.ones(b.shape[:2], bool)[None, :, :] if col is None else col
+    return block_similarity(c, kind, row, col, **kw)
 
 
 def _pad_to(x, n, value):
-  return jnp.pad(x, [(0, n - x.shape[0])] + [(0, 0)] * (x.ndim - 1), constant_values=value)
+    return jnp.pad(x, [(0, n - x.shape[0])] + [(0, 0)] * (x.ndim - 1), constant_values=value)
 
 
 def pairwise_set_similarity_chunked(a, b, kind: str, a_mask=None, b_mask=None, *, max_blocks: int = 1 << 20, **kw):
-  """`pairwise_set_similarity` computed in (image chunk × caption chunk) tiles of at most `max_blocks` blocks.
+    """`pairwise_set_similarity` computed in (image chunk × caption chunk) tiles of at most `max_blocks` blocks.
 
-  Tiles run sequentially under `lax.map`, so peak memory is O(max_blocks·K_V·K_T) rather than O(Ba·Bb·K_V·K_T);
-  padded rows of the last tiles are sliced off.
-  """
-  a, b = jnp.asarray(a), jnp.asarray(b)
-  a_mask = jnp.ones(a.shape[:2], bool) if a_mask is None else jnp.asarray(a_mask, bool)
-  b_mask = jnp.ones(b.shape[:2], bool) if b_mask is None else jnp.asarray(b_mask, bool)
-  _check_sets(a, b, a_mask, b_mask)
-  if max_blocks < 1:
-    raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
-  ba, bb = a.shape[0], b.shape[0]
-  cb = min(bb, max_blocks)
-  ca = max(1, min(ba, max_blocks // cb))
-  na, nb = math.ceil(ba / ca), math.ceil(bb / cb)
-  a_t = _pad_to(a, na * ca, 0).reshape((na, ca) + a.shape[1:])
-  am_t = _pad_to(a_mask, na * ca, True).reshape(na, ca, -1)
-  b_t = _pad_to(b, nb * cb, 0).reshape((nb, cb) + b.shape[1:])
-  bm_t = _pad_to(b_mask, nb * cb, True).reshape(nb, cb, -1)
+    Tiles run sequentially under `lax.map`, so peak memory is O(max_blocks·K_V·K_T) rather than O(Ba·Bb·K_V·K_T);
+    padded rows of the last tiles are sliced off.
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    a_mask = jnp.ones(a.shape[:2], bool) if a_mask is None else jnp.asarray(a_mask, bool)
+    b_mask = jnp.ones(b.shape[:2], bool) if b_mask is None else jnp.asarray(b_mask, bool)
+    _check_sets(a, b, a_mask, b_mask)
+    if max_blocks < 1:
+        raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
+    ba, bb = a.shape[0], b.shape[0]
+    cb = min(bb, max_blocks)
+    ca = max(1, min(ba, max_blocks // cb))
+    na, nb = math.ceil(ba / ca), math.ceil(bb / cb)
+    a_t = _pad_to(a, na * ca, 0).reshape((na, ca) + a.shape[1:])
+    am_t = _pad_to(a_mask, na * ca, True).reshape(na, ca, -1)
+    b_t = _pad_to(b, nb * cb, 0).reshape((nb, cb) + b.shape[1:])
+    bm_t = _pad_to(b_mask, nb * cb, True).reshape(nb, cb, -1)
 
-  def row_tile(args):
-    x, xm = args
-    return jax.lax.map(lambda y: pairwise_set_similarity(x, y[0], kind, xm, y[1], **kw), (b_t, bm_t))
+    def row_tile(args):
+        x, xm = args
+        return jax.lax.map(lambda y: pairwise_set_similarity(x, y[0], kind, xm, y[1], **kw), (b_t, bm_t))
 
-  tiles = jax.lax.map(row_tile, (a_t, am_t))  # [na, nb, ca, cb]
-  return tiles.transpose(0, 2, 1, 3).reshape(na * ca, nb * cb)[:ba, :bb]
+    tiles = jax.lax.map(row_tile, (a_t, am_t))  # [na, nb, ca, cb]
+    return tiles.transpose(0, 2, 1, 3).reshape(na * ca, nb * cb)[:ba, :bb]

@@ -24,78 +24,78 @@ KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
 
 @functools.partial(jax.jit, static_argnames=("chunk",))
 def _ranks(sim, caption_to_image, chunk: int):
-  n_i, n_t = sim.shape
-  img_idx = jnp.arange(n_i)
-  # T2I: score of each caption's own image, compared against every image (columns are independent).
-  own = sim[caption_to_image, jnp.arange(n_t)]
-  t2i = jnp.sum((sim >= own[None, :]) & (img_idx[:, None] != caption_to_image[None, :]), axis=0)
-  # I2T in row chunks: best ground-truth caption per image, then count non-GT captions scoring at least that.
-  pad = (-n_i) % chunk
-  sim_p = jnp.pad(sim, ((0, pad), (0, 0)))
-  rows_p = jnp.pad(img_idx, (0, pad), constant_values=-1)
+    n_i, n_t = sim.shape
+    img_idx = jnp.arange(n_i)
+    # T2I: score of each caption's own image, compared against every image (columns are independent).
+    own = sim[caption_to_image, jnp.arange(n_t)]
+    t2i = jnp.sum((sim >= own[None, :]) & (img_idx[:, None] != caption_to_image[None, :]), axis=0)
+    # I2T in row chunks: best ground-truth caption per image, then count non-GT captions scoring at least that.
+    pad = (-n_i) % chunk
+    sim_p = jnp.pad(sim, ((0, pad), (0, 0)))
+    rows_p = jnp.pad(img_idx, (0, pad), constant_values=-1)
 
-  def chunk_ranks(args):
-    s, rows = args
-    gt = rows[:, None] == caption_to_image[None, :]
-    best = jnp.max(jnp.where(gt, s, -jnp.inf), axis=1)
-    return jnp.sum((s >= best[:, None]) & ~gt, axis=1)
+    def chunk_ranks(args):
+        s, rows = args
+        gt = rows[:, None] == caption_to_image[None, :]
+        best = jnp.max(jnp.where(gt, s, -jnp.inf), axis=1)
+        return jnp.sum((s >= best[:, None]) & ~gt, axis=1)
 
-  i2t = jax.lax.map(chunk_ranks, (sim_p.reshape(-1, chunk, n_t), rows_p.reshape(-1, chunk)))
-  return i2t.reshape(-1)[:n_i], t2i
+    i2t = jax.lax.map(chunk_ranks, (sim_p.reshape(-1, chunk, n_t), rows_p.reshape(-1, chunk)))
+    return i2t.reshape(-1)[:n_i], t2i
 
 
 def _check(similarity, caption_to_image):
-  if similarity.ndim != 2:
-    raise ValueError(f"similarity must be [n_images, n_captions], got shape {similarity.shape}")
-  if caption_to_image.shape != (similarity.shape[1],):
-    raise ValueError(f"caption_to_image must have shape ({similarity.shape[1]},), got {caption_to_image.shape}")
-  if caption_to_image.size and (caption_to_image.min() < 0 or caption_to_image.max() >= similarity.shape[0]):
-    raise ValueError(f"caption_to_image values must index the {similarity.shape[0]} images, got range "
-                     f"[{caption_to_image.min()}, {caption_to_image.max()}]")
-  missing = np.setdiff1d(np.arange(similarity.shape[0]), caption_to_image)
-  if missing.size:
-    raise ValueError(f"{missing.size} image(s) have no caption (first: {missing[:5].tolist()}); I2T rank undefined")
-  if not np.all(np.isfinite(similarity)):
-    raise ValueError("similarity contains non-finite values")
+    if similarity.ndim != 2:
+        raise ValueError(f"similarity must be [n_images, n_captions], got shape {similarity.shape}")
+    if caption_to_image.shape != (similarity.shape[1],):
+        raise ValueError(f"caption_to_image must have shape ({similarity.shape[1]},), got {caption_to_image.shape}")
+    if caption_to_image.size and (caption_to_image.min() < 0 or caption_to_image.max() >= similarity.shape[0]):
+        raise ValueError(f"caption_to_image values must index the {similarity.shape[0]} images, got range "
+                         f"[{caption_to_image.min()}, {caption_to_image.max()}]")
+    missing = np.setdiff1d(np.arange(similarity.shape[0]), caption_to_image)
+    if missing.size:
+        raise ValueError(f"{missing.size} image(s) have no caption (first: {missing[:5].tolist()}); I2T rank undefined")
+    if not np.all(np.isfinite(similarity)):
+        raise ValueError("similarity contains non-finite values")
 
 
 def retrieval_ranks(similarity, caption_to_image, *, chunk: int = 256):
-  """(i2t_ranks int[n_images], t2i_ranks int[n_captions]), 0-based, strict ties."""
-  similarity = np.asarray(similarity, np.float32)
-  caption_to_image = np.asarray(caption_to_image, np.int32)
-  _check(similarity, caption_to_image)
-  chunk = max(1, min(chunk, similarity.shape[0]))
-  i2t, t2i = _ranks(jnp.asarray(similarity), jnp.asarray(caption_to_image), chunk)
-  return np.asarray(i2t), np.asarray(t2i)
+    """(i2t_ranks int[n_images], t2i_ranks int[n_captions]), 0-based, strict ties."""
+    similarity = np.asarray(similarity, np.float32)
+    caption_to_image = np.asarray(caption_to_image, np.int32)
+    _check(similarity, caption_to_image)
+    chunk = max(1, min(chunk, similarity.shape[0]))
+    i2t, t2i = _ranks(jnp.asarray(similarity), jnp.asarray(caption_to_image), chunk)
+    return np.asarray(i2t), np.asarray(t2i)
 
 
 def metrics_from_ranks(i2t, t2i) -> dict:
-  out = {}
-  for name, r in (("i2t", i2t), ("t2i", t2i)):
-    for k in (1, 5, 10):
-      out[f"{name}_r{k}"] = float(100.0 * np.mean(r < k))
-    out[f"{name}_medr"] = float(np.floor(np.median(r)) + 1)
-    out[f"{name}_meanr"] = float(np.mean(r) + 1)
-  out["rsum"] = sum(out[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
-  return {k: out[k] for k in KEYS}
+    out = {}
+    for name, r in (("i2t", i2t), ("t2i", t2i)):
+        for k in (1, 5, 10):
+            out[f"{name}_r{k}"] = float(100.0 * np.mean(r < k))
+        out[f"{name}_medr"] = float(np.floor(np.median(r)) + 1)
+        out[f"{name}_meanr"] = float(np.mean(r) + 1)
+    out["rsum"] = sum(out[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
+    return {k: out[k] for k in KEYS}
 
 
 def recall_at_k(similarity, caption_to_image, *, chunk: int = 256) -> dict:
-  """R@1/5/10 in both directions (percent), RSUM, median and mean rank (module docstring)."""
-  return metrics_from_ranks(*retrieval_ranks(similarity, caption_to_image, chunk=chunk))
+    """R@1/5/10 in both directions (percent), RSUM, median and mean rank (module docstring)."""
+    return metrics_from_ranks(*retrieval_ranks(similarity, caption_to_image, chunk=chunk))
 
 
 def recall_at_k_folds(similarity, caption_to_image, n_folds: int = 5, *, chunk: int = 256) -> dict:
-  """Metrics averaged over `n_folds` contiguous image folds (COCO 1K = 5 folds of the 5K test set)."""
-  similarity = np.asarray(similarity, np.float32)
-  caption_to_image = np.asarray(caption_to_image, np.int64)
-  n_i = similarity.shape[0]
-  if n_i % n_folds:
-    raise ValueError(f"{n_i} images do not split into {n_folds} equal folds")
-  size = n_i // n_folds
-  folds = []
-  for f in range(n_folds):
-    caps = np.flatnonzero((caption_to_image >= f * size) & (caption_to_image < (f + 1) * size))
-    folds.append(recall_at_k(similarity[f * size:(f + 1) * size][:, caps], caption_to_image[caps] - f * size,
-                             chunk=chunk))
-  return {k: float(np.mean([m[k] for m in folds])) for k in KEYS}
+    """Metrics averaged over `n_folds` contiguous image folds (COCO 1K = 5 folds of the 5K test set)."""
+    similarity = np.asarray(similarity, np.float32)
+    caption_to_image = np.asarray(caption_to_image, np.int64)
+    n_i = similarity.shape[0]
+    if n_i % n_folds:
+        raise ValueError(f"{n_i} images do not split into {n_folds} equal folds")
+    size = n_i // n_folds
+    folds = []
+    for f in range(n_folds):
+        caps = np.flatnonzero((caption_to_image >= f * size) & (caption_to_image < (f + 1) * size))
+        folds.append(recall_at_k(similarity[f * size:(f + 1) * size][:, caps], caption_to_image[caps] - f * size,
+                                 chunk=chunk))
+    return {k: float(np.mean([m[k] for m in folds])) for k in KEYS}

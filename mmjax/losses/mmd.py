@@ -11,26 +11,26 @@ import jax.numpy as jnp
 
 
 def _kernel(x, y, gamma, same):
-  sq = jnp.sum(x * x, -1)[:, None] + jnp.sum(y * y, -1)[None, :] - 2.0 * (x @ y.T)
-  k = jnp.exp(-gamma * jnp.sqrt(jnp.maximum(sq, 1e-12)))
-  if same:
-    k = jnp.where(jnp.eye(x.shape[0], dtype=bool), 1.0, k)
-  return k
+    sq = jnp.sum(x * x, -1)[:, None] + jnp.sum(y * y, -1)[None, :] - 2.0 * (x @ y.T)
+    k = jnp.exp(-gamma * jnp.sqrt(jnp.maximum(sq, 1e-12)))
+    if same:
+        k = jnp.where(jnp.eye(x.shape[0], dtype=bool), 1.0, k)
+    return k
 
 
 def _weighted_mean(k, wx, wy):
-  w = wx[:, None] * wy[None, :]
-  return jnp.sum(k * w) / jnp.maximum(jnp.sum(w), 1.0)
+    w = wx[:, None] * wy[None, :]
+    return jnp.sum(k * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
 def mmd_loss(x, y, *, gamma: float = 0.5, x_mask=None, y_mask=None):
-  """MMD between element sets x[N_x, D] and y[N_y, D] (module docstring); masks drop padded elements."""
-  x = jnp.asarray(x, jnp.float32)
-  y = jnp.asarray(y, jnp.float32)
-  if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
-    raise ValueError(f"mmd_loss needs x [N_x, D] and y [N_y, D] with equal D, got {x.shape} and {y.shape}")
-  wx = jnp.ones(x.shape[0]) if x_mask is None else jnp.asarray(x_mask, jnp.float32)
-  wy = jnp.ones(y.shape[0]) if y_mask is None else jnp.asarray(y_mask, jnp.float32)
-  return (_weighted_mean(_kernel(x, x, gamma, True), wx, wx)
-          - 2.0 * _weighted_mean(_kernel(x, y, gamma, False), wx, wy)
-          + _weighted_mean(_kernel(y, y, gamma, True), wy, wy))
+    """MMD between element sets x[N_x, D] and y[N_y, D] (module docstring); masks drop padded elements."""
+    x = jnp.asarray(x, jnp.float32)
+    y = jnp.asarray(y, jnp.float32)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(f"mmd_loss needs x [N_x, D] and y [N_y, D] with equal D, got {x.shape} and {y.shape}")
+    wx = jnp.ones(x.shape[0]) if x_mask is None else jnp.asarray(x_mask, jnp.float32)
+    wy = jnp.ones(y.shape[0]) if y_mask is None else jnp.asarray(y_mask, jnp.float32)
+    return (_weighted_mean(_kernel(x, x, gamma, True), wx, wx)
+            - 2.0 * _weighted_mean(_kernel(x, y, gamma, False), wx, wy)
+            + _weighted_mean(_kernel(y, y, gamma, True), wy, wy))

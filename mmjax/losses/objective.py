@@ -22,28 +22,28 @@ from mmjax.similarity import pairwise_set_similarity
 
 
 def maxmatch_loss_config() -> ml_collections.ConfigDict:
-  """Project defaults (spec README 'Project defaults', maxmatch.md §3); every field is overridable."""
-  return ml_collections.ConfigDict(dict(
-      similarity="maxmatch",        # any mmjax.similarity kind
-      s_h=1.0,                      # S_H exponential scale (0 = mean matched cosine)
-      match_on="cos",               # 'cos' | 'transformed'
-      solver="auto",                # mmjax.matching method for S_H
-      alpha=16.0,                   # smooth-Chamfer temperature
-      margin=0.2,                   # δ₁
-      hard_negative="max",          # after warm-up
-      warmup_epochs=1,              # VSE0 all-negative epochs before hard negatives (read by the trainer)
-      warmup_reduction="mean",      # VSE0 warm-up: 'mean' (Set Div) | 'sum' (VSE∞)
-      lambda_con=0.5, con_temperature=0.05,
-      lambda_gd=0.1, delta_gd=0.6,
-      lambda_isd=0.1, delta_isd=0.5,
-      gd_isd_shape="exp", gd_isd_scale=5.0,
-      gd_target="final",            # 'final' | 'residual'
-      isd_target="final",           # 'final' | 'residual'
-      gd_stop_grad_global=False,
-      lambda_div=0.01, div_type="uniformity",  # 'uniformity' (Set Div) | 'gram' (PVSE)
-      lambda_mmd=0.01, mmd_gamma=0.5,
-      modality_reduce="sum",        # 'sum' | 'mean'
-  ))
+    """Project defaults (spec README 'Project defaults', maxmatch.md §3); every field is overridable."""
+    return ml_collections.ConfigDict(dict(
+        similarity="maxmatch",        # any mmjax.similarity kind
+        s_h=1.0,                      # S_H exponential scale (0 = mean matched cosine)
+        match_on="cos",               # 'cos' | 'transformed'
+        solver="auto",                # mmjax.matching method for S_H
+        alpha=16.0,                   # smooth-Chamfer temperature
+        margin=0.2,                   # δ₁
+        hard_negative="max",          # after warm-up
+        warmup_epochs=1,              # VSE0 all-negative epochs before hard negatives (read by the trainer)
+        warmup_reduction="mean",      # VSE0 warm-up: 'mean' (Set Div) | 'sum' (VSE∞)
+        lambda_con=0.5, con_temperature=0.05,
+        lambda_gd=0.1, delta_gd=0.6,
+        lambda_isd=0.1, delta_isd=0.5,
+        gd_isd_shape="exp", gd_isd_scale=5.0,
+        gd_target="final",            # 'final' | 'residual'
+        isd_target="final",           # 'final' | 'residual'
+        gd_stop_grad_global=False,
+        lambda_div=0.01, div_type="uniformity",  # 'uniformity' (Set Div) | 'gram' (PVSE)
+        lambda_mmd=0.01, mmd_gamma=0.5,
+        modality_reduce="sum",        # 'sum' | 'mean'
+    ))
 
 
 _SIM_KEYS = {"maxmatch": ("s_h", "match_on", "solver"), "maxmatch_topk": ("s_h",), "smooth_chamfer": ("alpha",),
@@ -51,66 +51,66 @@ _SIM_KEYS = {"maxmatch": ("s_h", "match_on", "solver"), "maxmatch_topk": ("s_h",
 
 
 def _similarity_kwargs(cfg):
-  return {k: cfg[k] for k in _SIM_KEYS.get(cfg.similarity, ())}
+    return {k: cfg[k] for k in _SIM_KEYS.get(cfg.similarity, ())}
 
 
 def _target(out, which, name):
-  if which not in ("final", "residual"):
-    raise ValueError(f"{name} must be 'final' or 'residual', got {which!r}")
-  return out["set"] if which == "final" else out["residual"]
+    if which not in ("final", "residual"):
+        raise ValueError(f"{name} must be 'final' or 'residual', got {which!r}")
+    return out["set"] if which == "final" else out["residual"]
 
 
 def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup: bool = False, image_ids=None,
                        image_valid=None, caption_valid=None):
-  """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring)."""
-  base = maxmatch_loss_config()
-  if cfg is not None:
-    unknown = set(dict(cfg)) - set(base.keys())
-    if unknown:
-      raise ValueError(f"unknown loss config field(s) {sorted(unknown)}; known: {sorted(base.keys())}")
-    base.update(dict(cfg))
-  cfg = base
-  if cfg.modality_reduce not in ("sum", "mean"):
-    raise ValueError(f"modality_reduce must be 'sum' or 'mean', got {cfg.modality_reduce!r}")
-  if cfg.div_type not in ("uniformity", "gram"):
-    raise ValueError(f"div_type must be 'uniformity' or 'gram', got {cfg.div_type!r}")
-  reduce = (lambda a, b: a + b) if cfg.modality_reduce == "sum" else (lambda a, b: 0.5 * (a + b))
-  i_mask, t_mask = image.get("mask"), text.get("mask")
+    """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring)."""
+    base = maxmatch_loss_config()
+    if cfg is not None:
+        unknown = set(dict(cfg)) - set(base.keys())
+        if unknown:
+            raise ValueError(f"unknown loss config field(s) {sorted(unknown)}; known: {sorted(base.keys())}")
+        base.update(dict(cfg))
+    cfg = base
+    if cfg.modality_reduce not in ("sum", "mean"):
+        raise ValueError(f"modality_reduce must be 'sum' or 'mean', got {cfg.modality_reduce!r}")
+    if cfg.div_type not in ("uniformity", "gram"):
+        raise ValueError(f"div_type must be 'uniformity' or 'gram', got {cfg.div_type!r}")
+    reduce = (lambda a, b: a + b) if cfg.modality_reduce == "sum" else (lambda a, b: 0.5 * (a + b))
+    i_mask, t_mask = image.get("mask"), text.get("mask")
 
-  scores = pairwise_set_similarity(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
-                                   **_similarity_kwargs(cfg))
-  valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
-  tri, parts = triplet_loss(scores, caption_image, margin=cfg.margin,
-                            hard_negative="all" if warmup else cfg.hard_negative,
-                            reduction=cfg.warmup_reduction if warmup else "mean", **valid)
-  total = tri
-  metrics = {"loss/triplet": tri, "loss/triplet_i2t": parts["i2t"], "loss/triplet_t2i": parts["t2i"]}
-  if cfg.lambda_con:
-    con, _ = infonce_loss(scores, caption_image, temperature=cfg.con_temperature, **valid)
-    total += cfg.lambda_con * con
-    metrics["loss/contrastive"] = con
-  phi_kw = dict(shape=cfg.gd_isd_shape, scale=cfg.gd_isd_scale)
-  if cfg.lambda_gd:
-    gd = reduce(*(gd_loss(_target(o, cfg.gd_target, "gd_target"), o["global"], o.get("mask"),
-                          delta=cfg.delta_gd, stop_grad_global=cfg.gd_stop_grad_global, **phi_kw)
-                  for o in (image, text)))
-    total += cfg.lambda_gd * gd
-    metrics["loss/gd"] = gd
-  if cfg.lambda_isd:
-    isd = reduce(*(isd_loss(_target(o, cfg.isd_target, "isd_target"), o.get("mask"), delta=cfg.delta_isd,
-                            **phi_kw) for o in (image, text)))
-    total += cfg.lambda_isd * isd
-    metrics["loss/isd"] = isd
-  if cfg.lambda_div:
-    div_fn = div_uniformity if cfg.div_type == "uniformity" else div_gram
-    div = reduce(*(div_fn(o["residual"], o.get("mask")) for o in (image, text)))
-    total += cfg.lambda_div * div
-    metrics["loss/div"] = div
-  if cfg.lambda_mmd:
-    flat = lambda o: o["set"].reshape(-1, o["set"].shape[-1])
-    fmask = lambda o: None if o.get("mask") is None else o["mask"].reshape(-1)
-    mmd = mmd_loss(flat(image), flat(text), gamma=cfg.mmd_gamma, x_mask=fmask(image), y_mask=fmask(text))
-    total += cfg.lambda_mmd * mmd
-    metrics["loss/mmd"] = mmd
-  metrics["loss/total"] = total
-  return total, metrics
+    scores = pairwise_set_similarity(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
+                                     **_similarity_kwargs(cfg))
+    valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
+    tri, parts = triplet_loss(scores, caption_image, margin=cfg.margin,
+                              hard_negative="all" if warmup else cfg.hard_negative,
+                              reduction=cfg.warmup_reduction if warmup else "mean", **valid)
+    total = tri
+    metrics = {"loss/triplet": tri, "loss/triplet_i2t": parts["i2t"], "loss/triplet_t2i": parts["t2i"]}
+    if cfg.lambda_con:
+        con, _ = infonce_loss(scores, caption_image, temperature=cfg.con_temperature, **valid)
+        total += cfg.lambda_con * con
+        metrics["loss/contrastive"] = con
+    phi_kw = dict(shape=cfg.gd_isd_shape, scale=cfg.gd_isd_scale)
+    if cfg.lambda_gd:
+        gd = reduce(*(gd_loss(_target(o, cfg.gd_target, "gd_target"), o["global"], o.get("mask"),
+                              delta=cfg.delta_gd, stop_grad_global=cfg.gd_stop_grad_global, **phi_kw)
+                      for o in (image, text)))
+        total += cfg.lambda_gd * gd
+        metrics["loss/gd"] = gd
+    if cfg.lambda_isd:
+        isd = reduce(*(isd_loss(_target(o, cfg.isd_target, "isd_target"), o.get("mask"), delta=cfg.delta_isd,
+                                **phi_kw) for o in (image, text)))
+        total += cfg.lambda_isd * isd
+        metrics["loss/isd"] = isd
+    if cfg.lambda_div:
+        div_fn = div_uniformity if cfg.div_type == "uniformity" else div_gram
+        div = reduce(*(div_fn(o["residual"], o.get("mask")) for o in (image, text)))
+        total += cfg.lambda_div * div
+        metrics["loss/div"] = div
+    if cfg.lambda_mmd:
+        flat = lambda o: o["set"].reshape(-1, o["set"].shape[-1])
+        fmask = lambda o: None if o.get("mask") is None else o["mask"].reshape(-1)
+        mmd = mmd_loss(flat(image), flat(text), gamma=cfg.mmd_gamma, x_mask=fmask(image), y_mask=fmask(text))
+        total += cfg.lambda_mmd * mmd
+        metrics["loss/mmd"] = mmd
+    metrics["loss/total"] = total
+    return total, metrics

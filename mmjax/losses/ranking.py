@@ -28,87 +28,87 @@ _NEG = -1e9
 
 
 def positive_mask(caption_image, num_images: int, image_ids=None):
-  """Y bool[N_i, N_t]."""
-  caption_image = jnp.asarray(caption_image)
-  if image_ids is None:
-    return caption_image[None, :] == jnp.arange(num_images)[:, None]
-  image_ids = jnp.asarray(image_ids)
-  return image_ids[:, None] == image_ids[caption_image][None, :]
+    """Y bool[N_i, N_t]."""
+    caption_image = jnp.asarray(caption_image)
+    if image_ids is None:
+        return caption_image[None, :] == jnp.arange(num_images)[:, None]
+    image_ids = jnp.asarray(image_ids)
+    return image_ids[:, None] == image_ids[caption_image][None, :]
 
 
 def _check(scores, caption_image, image_ids):
-  if scores.ndim != 2:
-    raise ValueError(f"scores must be [N_images, N_captions], got shape {scores.shape}")
-  if caption_image.shape != (scores.shape[1],):
-    raise ValueError(f"caption_image must have shape ({scores.shape[1]},) (one image index per caption), "
-                     f"got {caption_image.shape}")
-  if image_ids is not None and jnp.shape(image_ids) != (scores.shape[0],):
-    raise ValueError(f"image_ids must have shape ({scores.shape[0]},), got {jnp.shape(image_ids)}")
+    if scores.ndim != 2:
+        raise ValueError(f"scores must be [N_images, N_captions], got shape {scores.shape}")
+    if caption_image.shape != (scores.shape[1],):
+        raise ValueError(f"caption_image must have shape ({scores.shape[1]},) (one image index per caption), "
+                         f"got {caption_image.shape}")
+    if image_ids is not None and jnp.shape(image_ids) != (scores.shape[0],):
+        raise ValueError(f"image_ids must have shape ({scores.shape[0]},), got {jnp.shape(image_ids)}")
 
 
 def _valid(n, mask):
-  return jnp.ones((n,), bool) if mask is None else jnp.asarray(mask, bool)
+    return jnp.ones((n,), bool) if mask is None else jnp.asarray(mask, bool)
 
 
 def _mean(x, w):
-  return jnp.sum(jnp.where(w, x, 0.0)) / jnp.maximum(jnp.sum(w), 1)
+    return jnp.sum(jnp.where(w, x, 0.0)) / jnp.maximum(jnp.sum(w), 1)
 
 
 def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: str = "max",
                  reduction: str = "mean", image_ids=None, image_valid=None, caption_valid=None):
-  """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"})."""
-  scores = jnp.asarray(scores, jnp.float32)
-  caption_image = jnp.asarray(caption_image)
-  _check(scores, caption_image, image_ids)
-  if hard_negative not in ("max", "all"):
-    raise ValueError(f"hard_negative must be 'max' or 'all', got {hard_negative!r}")
-  if reduction not in ("mean", "sum"):
-    raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-  n_i, n_t = scores.shape
-  iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
-  y = positive_mask(caption_image, n_i, image_ids)
-  neg = ~y & iv[:, None] & cv[None, :]
-  anchor = cv & iv[caption_image]
-  s_pos = jnp.take_along_axis(scores, caption_image[None, :], axis=0)[0]       # s_n
-  rows = scores[caption_image]                                                  # S[i_n, :] as [N_t, N_t]
-  neg_rows = neg[caption_image]
-  if hard_negative == "max":
-    hardest_caption = jnp.max(jnp.where(neg_rows, rows, _NEG), axis=1)
-    hardest_image = jnp.max(jnp.where(neg, scores, _NEG), axis=0)
-    i2t = jnp.where(jnp.any(neg_rows, 1), jax.nn.relu(margin + hardest_caption - s_pos), 0.0)
-    t2i = jnp.where(jnp.any(neg, 0), jax.nn.relu(margin + hardest_image - s_pos), 0.0)
-    if reduction == "mean":
-      i2t, t2i = _mean(i2t, anchor), _mean(t2i, anchor)
+    """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"})."""
+    scores = jnp.asarray(scores, jnp.float32)
+    caption_image = jnp.asarray(caption_image)
+    _check(scores, caption_image, image_ids)
+    if hard_negative not in ("max", "all"):
+        raise ValueError(f"hard_negative must be 'max' or 'all', got {hard_negative!r}")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    n_i, n_t = scores.shape
+    iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
+    y = positive_mask(caption_image, n_i, image_ids)
+    neg = ~y & iv[:, None] & cv[None, :]
+    anchor = cv & iv[caption_image]
+    s_pos = jnp.take_along_axis(scores, caption_image[None, :], axis=0)[0]       # s_n
+    rows = scores[caption_image]                                                  # S[i_n, :] as [N_t, N_t]
+    neg_rows = neg[caption_image]
+    if hard_negative == "max":
+        hardest_caption = jnp.max(jnp.where(neg_rows, rows, _NEG), axis=1)
+        hardest_image = jnp.max(jnp.where(neg, scores, _NEG), axis=0)
+        i2t = jnp.where(jnp.any(neg_rows, 1), jax.nn.relu(margin + hardest_caption - s_pos), 0.0)
+        t2i = jnp.where(jnp.any(neg, 0), jax.nn.relu(margin + hardest_image - s_pos), 0.0)
+        if reduction == "mean":
+            i2t, t2i = _mean(i2t, anchor), _mean(t2i, anchor)
+        else:
+            i2t, t2i = jnp.sum(jnp.where(anchor, i2t, 0.0)), jnp.sum(jnp.where(anchor, t2i, 0.0))
     else:
-      i2t, t2i = jnp.sum(jnp.where(anchor, i2t, 0.0)), jnp.sum(jnp.where(anchor, t2i, 0.0))
-  else:
-    w_i2t = neg_rows & anchor[:, None]
-    w_t2i = neg & anchor[None, :]
-    h_i2t = jax.nn.relu(margin + rows - s_pos[:, None])
-    h_t2i = jax.nn.relu(margin + scores - s_pos[None, :])
-    if reduction == "mean":
-      i2t, t2i = _mean(h_i2t, w_i2t), _mean(h_t2i, w_t2i)
-    else:
-      i2t, t2i = jnp.sum(jnp.where(w_i2t, h_i2t, 0.0)), jnp.sum(jnp.where(w_t2i, h_t2i, 0.0))
-  return i2t + t2i, {"i2t": i2t, "t2i": t2i}
+        w_i2t = neg_rows & anchor[:, None]
+        w_t2i = neg & anchor[None, :]
+        h_i2t = jax.nn.relu(margin + rows - s_pos[:, None])
+        h_t2i = jax.nn.relu(margin + scores - s_pos[None, :])
+        if reduction == "mean":
+            i2t, t2i = _mean(h_i2t, w_i2t), _mean(h_t2i, w_t2i)
+        else:
+            i2t, t2i = jnp.sum(jnp.where(w_i2t, h_i2t, 0.0)), jnp.sum(jnp.where(w_t2i, h_t2i, 0.0))
+    return i2t + t2i, {"i2t": i2t, "t2i": t2i}
 
 
 def infonce_loss(scores, caption_image, *, temperature: float = 0.05, image_ids=None, image_valid=None,
                  caption_valid=None):
-  """Symmetric multi-positive InfoNCE (module docstring). Returns (loss, {"i2t", "t2i"})."""
-  scores = jnp.asarray(scores, jnp.float32)
-  caption_image = jnp.asarray(caption_image)
-  _check(scores, caption_image, image_ids)
-  if temperature <= 0:
-    raise ValueError(f"temperature must be > 0, got {temperature}")
-  n_i, n_t = scores.shape
-  iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
-  both = iv[:, None] & cv[None, :]
-  y = positive_mask(caption_image, n_i, image_ids) & both
-  z = scores / temperature
-  lse = lambda x, m, ax: jax.nn.logsumexp(jnp.where(m, x, _NEG), axis=ax)
-  i2t_terms = lse(z, both, 1) - lse(z, y, 1)
-  t2i_terms = lse(z, both, 0) - lse(z, y, 0)
-  i2t = _mean(i2t_terms, iv & jnp.any(y, 1))
-  t2i = _mean(t2i_terms, cv & jnp.any(y, 0))
-  return 0.5 * (i2t + t2i), {"i2t": i2t, "t2i": t2i}
+    """Symmetric multi-positive InfoNCE (module docstring). Returns (loss, {"i2t", "t2i"})."""
+    scores = jnp.asarray(scores, jnp.float32)
+    caption_image = jnp.asarray(caption_image)
+    _check(scores, caption_image, image_ids)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    n_i, n_t = scores.shape
+    iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
+    both = iv[:, None] & cv[None, :]
+    y = positive_mask(caption_image, n_i, image_ids) & both
+    z = scores / temperature
+    lse = lambda x, m, ax: jax.nn.logsumexp(jnp.where(m, x, _NEG), axis=ax)
+    i2t_terms = lse(z, both, 1) - lse(z, y, 1)
+    t2i_terms = lse(z, both, 0) - lse(z, y, 0)
+    i2t = _mean(i2t_terms, iv & jnp.any(y, 1))
+    t2i = _mean(t2i_terms, cv & jnp.any(y, 0))
+    return 0.5 * (i2t + t2i), {"i2t": i2t, "t2i": t2i}

@@ -52,122 +52,122 @@ AUTO_TABLE = {
 
 
 def choose_auto(k: int, backend: str | None = None, table=None) -> str:
-  """Solver name `'auto'` resolves to for block size K on `backend` (default: jax.default_backend())."""
-  table = AUTO_TABLE if table is None else table
-  rows = table.get(backend or jax.default_backend(), table["cpu"])
-  for max_k, name in rows:
-    if max_k is None or k <= max_k:
-      return name
-  raise ValueError(f"matching auto_table has no row for K={k}: {rows}")
+    """Solver name `'auto'` resolves to for block size K on `backend` (default: jax.default_backend())."""
+    table = AUTO_TABLE if table is None else table
+    rows = table.get(backend or jax.default_backend(), table["cpu"])
+    for max_k, name in rows:
+        if max_k is None or k <= max_k:
+            return name
+    raise ValueError(f"matching auto_table has no row for K={k}: {rows}")
 
 
 def _exact_solver(k: int):
-  return solve_enumerate if k <= 5 else solve_hungarian
+    return solve_enumerate if k <= 5 else solve_hungarian
 
 
 def _check_scores(scores):
-  if scores.ndim < 2:
-    raise ValueError(f"scores must have shape [..., n, m] (at least 2 dims), got shape {scores.shape}")
-  if min(scores.shape[-2:]) < 1:
-    raise ValueError(f"scores blocks must be non-empty, got shape {scores.shape}")
-  if not jnp.issubdtype(scores.dtype, jnp.floating) and not jnp.issubdtype(scores.dtype, jnp.integer):
-    raise ValueError(f"scores must be real-valued, got dtype {scores.dtype}")
-  if not isinstance(scores, jax.core.Tracer):
-    host = np.asarray(scores)
-    if not np.all(np.isfinite(host)):
-      bad = np.argwhere(~np.isfinite(host))[0]
-      raise ValueError(f"scores contain non-finite values (first at index {tuple(int(i) for i in bad)}); "
-                       "refusing to match NaN/inf")
+    if scores.ndim < 2:
+        raise ValueError(f"scores must have shape [..., n, m] (at least 2 dims), got shape {scores.shape}")
+    if min(scores.shape[-2:]) < 1:
+        raise ValueError(f"scores blocks must be non-empty, got shape {scores.shape}")
+    if not jnp.issubdtype(scores.dtype, jnp.floating) and not jnp.issubdtype(scores.dtype, jnp.integer):
+        raise ValueError(f"scores must be real-valued, got dtype {scores.dtype}")
+    if not isinstance(scores, jax.core.Tracer):
+        host = np.asarray(scores)
+        if not np.all(np.isfinite(host)):
+            bad = np.argwhere(~np.isfinite(host))[0]
+            raise ValueError(f"scores contain non-finite values (first at index {tuple(int(i) for i in bad)}); "
+                             "refusing to match NaN/inf")
 
 
 def _repair(a, perms, needs_repair, capacity_frac: float):
-  """Re-solves flagged problems exactly: compacted into a static buffer, whole batch if it overflows."""
-  n_problems, k = a.shape[0], a.shape[-1]
-  exact = jax.vmap(_exact_solver(k))
-  capacity = min(n_problems, max(8, math.ceil(capacity_frac * n_problems)))
-  count = jnp.sum(needs_repair)
+    """Re-solves flagged problems exactly: compacted into a static buffer, whole batch if it overflows."""
+    n_problems, k = a.shape[0], a.shape[-1]
+    exact = jax.vmap(_exact_solver(k))
+    capacity = min(n_problems, max(8, math.ceil(capacity_frac * n_problems)))
+    count = jnp.sum(needs_repair)
 
-  def compact(perms):
-    # Unused slots point at problem 0 and write back its exact solution: harmless.
-    idx = jnp.nonzero(needs_repair, size=capacity, fill_value=0)[0]
-    fixed = exact(a[idx])
-    return perms.at[idx].set(fixed)
+    def compact(perms):
+        # Unused slots point at problem 0 and write back its exact solution: harmless.
+        idx = jnp.nonzero(needs_repair, size=capacity, fill_value=0)[0]
+        fixed = exact(a[idx])
+        return perms.at[idx].set(fixed)
 
-  def whole(perms):
-    return exact(a)
+    def whole(perms):
+        return exact(a)
 
-  return jax.lax.cond(count > capacity, whole, compact, perms)
+    return jax.lax.cond(count > capacity, whole, compact, perms)
 
 
 def _solve_square(a, method: str, options: dict):
-  """a: float32[N, K, K] -> (perm int32[N, K], repaired bool[N], incomplete bool[N], gap float32[N])."""
-  n_problems, k = a.shape[0], a.shape[-1]
-  false = jnp.zeros((n_problems,), bool)
-  zero = jnp.zeros((n_problems,), jnp.float32)
-  if method == "enumerate":
-    if k > ENUMERATE_MAX_K:
-      raise ValueError(f"method='enumerate' supports K <= {ENUMERATE_MAX_K}, got K={k}")
-    return jax.vmap(solve_enumerate)(a), false, false, zero
-  if method == "hungarian":
-    return jax.vmap(solve_hungarian)(a), false, false, zero
-  if method == "auction":
-    opts = dict(options.get("auction", {}))
-    capacity_frac = opts.pop("repair_capacity_frac", 0.01)
-    # solve_auction batches internally (batch-last layout, per-problem phases); no vmap here.
-    res = solve_auction(a, **opts)
-    perms = _repair(a, res.perm, res.needs_repair, capacity_frac) if k > 1 else res.perm
-    return perms, res.needs_repair, res.incomplete, jnp.where(res.incomplete, 0.0, res.gap)
-  raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
+    """a: float32[N, K, K] -> (perm int32[N, K], repaired bool[N], incomplete bool[N], gap float32[N])."""
+    n_problems, k = a.shape[0], a.shape[-1]
+    false = jnp.zeros((n_problems,), bool)
+    zero = jnp.zeros((n_problems,), jnp.float32)
+    if method == "enumerate":
+        if k > ENUMERATE_MAX_K:
+            raise ValueError(f"method='enumerate' supports K <= {ENUMERATE_MAX_K}, got K={k}")
+        return jax.vmap(solve_enumerate)(a), false, false, zero
+    if method == "hungarian":
+        return jax.vmap(solve_hungarian)(a), false, false, zero
+    if method == "auction":
+        opts = dict(options.get("auction", {}))
+        capacity_frac = opts.pop("repair_capacity_frac", 0.01)
+        # solve_auction batches internally (batch-last layout, per-problem phases); no vmap here.
+        res = solve_auction(a, **opts)
+        perms = _repair(a, res.perm, res.needs_repair, capacity_frac) if k > 1 else res.perm
+        return perms, res.needs_repair, res.incomplete, jnp.where(res.incomplete, 0.0, res.gap)
+    raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
 
 
 def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto", auction=None,
                    sinkhorn=None, backend: str | None = None, auto_table=None):
-  """Like `solve`, also returning diagnostics (see module docstring).
+    """Like `solve`, also returning diagnostics (see module docstring).
 
-  Options: `pad_penalty` ('auto' or a float), `auction` = dict(eps_start_frac=0.25, theta=0.25, tol_cert=1e-5,
-  max_iters_per_phase=16K+64, loop='while', certificate='bellman_ford', eps_final=None (1e-3 with the
-  Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, repair_capacity_frac=0.01),
-  `sinkhorn` = dict(tau=0.05, iters=20).
-  """
-  scores = jnp.asarray(scores)
-  _check_scores(scores)
-  n, m = scores.shape[-2:]
-  k = max(n, m)
-  if method == "auto":
-    method = choose_auto(k, backend, auto_table)
-  if method == "sinkhorn":
-    if mask is not None or n != m:
-      raise ValueError(f"method='sinkhorn' needs square unmasked blocks, got shape {scores.shape} "
-                       f"and mask={'given' if mask is not None else None}")
-    opts = dict(sinkhorn or {})
-    flat = jax.lax.stop_gradient(scores).astype(jnp.float32).reshape((-1, n, n))
-    plan = jax.vmap(lambda x: sinkhorn_plan(x, **opts))(flat).reshape(scores.shape)
-    return plan, {"total": jnp.sum(plan * scores, axis=(-2, -1))}
-  if method not in SOLVERS:
-    raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
+    Options: `pad_penalty` ('auto' or a float), `auction` = dict(eps_start_frac=0.25, theta=0.25, tol_cert=1e-5,
+    max_iters_per_phase=16K+64, loop='while', certificate='bellman_ford', eps_final=None (1e-3 with the
+    Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, repair_capacity_frac=0.01),
+    `sinkhorn` = dict(tau=0.05, iters=20).
+    """
+    scores = jnp.asarray(scores)
+    _check_scores(scores)
+    n, m = scores.shape[-2:]
+    k = max(n, m)
+    if method == "auto":
+        method = choose_auto(k, backend, auto_table)
+    if method == "sinkhorn":
+        if mask is not None or n != m:
+            raise ValueError(f"method='sinkhorn' needs square unmasked blocks, got shape {scores.shape} "
+                             f"and mask={'given' if mask is not None else None}")
+        opts = dict(sinkhorn or {})
+        flat = jax.lax.stop_gradient(scores).astype(jnp.float32).reshape((-1, n, n))
+        plan = jax.vmap(lambda x: sinkhorn_plan(x, **opts))(flat).reshape(scores.shape)
+        return plan, {"total": jnp.sum(plan * scores, axis=(-2, -1))}
+    if method not in SOLVERS:
+        raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
 
-  row_valid, col_valid, cell_valid = normalise_masks(scores, mask)
-  a, cell_sq, nonfinite = square_benefit(scores, row_valid, col_valid, cell_valid, pad_penalty)
-  batch = scores.shape[:-2]
-  flat = a.reshape((-1, k, k))
-  perms, repaired, incomplete, gap = _solve_square(flat, method, {"auction": auction or {}})
-  perms = perms.reshape(batch + (k,))[..., :n]
-  matched_valid = jnp.take_along_axis(cell_sq[..., :n, :], perms[..., None], axis=-1)[..., 0]
-  matched_valid &= ~nonfinite[..., None]
-  cols = jnp.where(matched_valid, perms, -1).astype(jnp.int32)
-  s = jnp.where(cell_valid, jax.lax.stop_gradient(scores), 0).astype(jnp.float32)
-  picked = jnp.take_along_axis(s, jnp.clip(cols, 0, m - 1)[..., None], axis=-1)[..., 0]
-  total = jnp.sum(jnp.where(cols >= 0, picked, 0.0), axis=-1)
-  aux = {
-      "total": total,
-      "repaired_frac": jnp.mean(repaired.astype(jnp.float32)),
-      "incomplete_frac": jnp.mean(incomplete.astype(jnp.float32)),
-      "gap_max": jnp.max(gap),
-      "nonfinite_frac": jnp.mean(nonfinite.astype(jnp.float32)),
-  }
-  return cols, aux
+    row_valid, col_valid, cell_valid = normalise_masks(scores, mask)
+    a, cell_sq, nonfinite = square_benefit(scores, row_valid, col_valid, cell_valid, pad_penalty)
+    batch = scores.shape[:-2]
+    flat = a.reshape((-1, k, k))
+    perms, repaired, incomplete, gap = _solve_square(flat, method, {"auction": auction or {}})
+    perms = perms.reshape(batch + (k,))[..., :n]
+    matched_valid = jnp.take_along_axis(cell_sq[..., :n, :], perms[..., None], axis=-1)[..., 0]
+    matched_valid &= ~nonfinite[..., None]
+    cols = jnp.where(matched_valid, perms, -1).astype(jnp.int32)
+    s = jnp.where(cell_valid, jax.lax.stop_gradient(scores), 0).astype(jnp.float32)
+    picked = jnp.take_along_axis(s, jnp.clip(cols, 0, m - 1)[..., None], axis=-1)[..., 0]
+    total = jnp.sum(jnp.where(cols >= 0, picked, 0.0), axis=-1)
+    aux = {
+        "total": total,
+        "repaired_frac": jnp.mean(repaired.astype(jnp.float32)),
+        "incomplete_frac": jnp.mean(incomplete.astype(jnp.float32)),
+        "gap_max": jnp.max(gap),
+        "nonfinite_frac": jnp.mean(nonfinite.astype(jnp.float32)),
+    }
+    return cols, aux
 
 
 def solve(scores, method: str = "auto", mask=None, **options):
-  """Maximising assignment on `scores[..., n, m]` -> `cols int32[..., n]` (see module docstring)."""
-  return solve_with_aux(scores, method, mask, **options)[0]
+    """Maximising assignment on `scores[..., n, m]` -> `cols int32[..., n]` (see module docstring)."""
+    return solve_with_aux(scores, method, mask, **options)[0]

@@ -80,62 +80,62 @@ CERTIFICATES = ("duality", "bellman_ford")
 # reduce_max over the major axis of [K, K, N] to 11.6 ms vs 0.24 ms unrolled at K = 16, N = 4096, and a round built
 # from variadic reduces took 6–20 ms vs 1.7 ms unrolled).
 def _rows_owning(owner):
-  """onehot[j][i, n] = (owner[j, n] == i) as a list over columns j of bool[K(i), N]."""
-  rowid = jax.lax.broadcasted_iota(jnp.int32, owner.shape, 0)
-  return [owner[j][None, :] == rowid for j in range(owner.shape[0])]
+    """onehot[j][i, n] = (owner[j, n] == i) as a list over columns j of bool[K(i), N]."""
+    rowid = jax.lax.broadcasted_iota(jnp.int32, owner.shape, 0)
+    return [owner[j][None, :] == rowid for j in range(owner.shape[0])]
 
 
 def _sum_over_owned(onehot, x):
-  """Σ_j [owner_j = i]·x[:, j] for x[K(i), K(j), N] (or x[K(j), N] broadcast over i) -> [K(i), N]."""
-  out = None
-  for j, m in enumerate(onehot):
-    xj = x[:, j] if x.ndim == 3 else x[j][None, :]
-    term = jnp.where(m, xj, 0.0)
-    out = term if out is None else out + term
-  return out
+    """Σ_j [owner_j = i]·x[:, j] for x[K(i), K(j), N] (or x[K(j), N] broadcast over i) -> [K(i), N]."""
+    out = None
+    for j, m in enumerate(onehot):
+        xj = x[:, j] if x.ndim == 3 else x[j][None, :]
+        term = jnp.where(m, xj, 0.0)
+        out = term if out is None else out + term
+    return out
 
 
 def _all0_reduce(x, op):
-  """op-reduction over axis 0 of a small [K, N] array, unrolled."""
-  out = x[0]
-  for r in range(1, x.shape[0]):
-    out = op(out, x[r])
-  return out
+    """op-reduction over axis 0 of a small [K, N] array, unrolled."""
+    out = x[0]
+    for r in range(1, x.shape[0]):
+        out = op(out, x[r])
+    return out
 
 
 def _all0(x):
-  return _all0_reduce(x, jnp.logical_and)
+    return _all0_reduce(x, jnp.logical_and)
 
 
 def _max_over_j(x):
-  """max_j x[:, j] for x[K(i), K(j), N] -> [K(i), N]."""
-  out = x[:, 0]
-  for j in range(1, x.shape[1]):
-    out = jnp.maximum(out, x[:, j])
-  return out
+    """max_j x[:, j] for x[K(i), K(j), N] -> [K(i), N]."""
+    out = x[:, 0]
+    for j in range(1, x.shape[1]):
+        out = jnp.maximum(out, x[:, j])
+    return out
 
 
 class AuctionResult(NamedTuple):
-  perm: jnp.ndarray           # int32[..., K]; meaningful only where complete
-  needs_repair: jnp.ndarray   # bool[...]: incomplete or certificate gap above tolerance
-  incomplete: jnp.ndarray     # bool[...]: iteration cap reached with rows unassigned
-  gap: jnp.ndarray            # float32[...]: certified bound on OPT − total (1e30 if incomplete)
-  iterations: jnp.ndarray     # int32[...]: bidding rounds over all phases
+    perm: jnp.ndarray           # int32[..., K]; meaningful only where complete
+    needs_repair: jnp.ndarray   # bool[...]: incomplete or certificate gap above tolerance
+    incomplete: jnp.ndarray     # bool[...]: iteration cap reached with rows unassigned
+    gap: jnp.ndarray            # float32[...]: certified bound on OPT − total (1e30 if incomplete)
+    iterations: jnp.ndarray     # int32[...]: bidding rounds over all phases
 
 
 def num_phases(k: int, eps_start_frac: float, theta: float, tol_cert: float) -> int:
-  """Static phase count taking ε from ε₀ = eps_start_frac·span down to ε_final = tol_cert·s/(K+1)."""
-  ratio = eps_start_frac * (k + 1) / tol_cert
-  return max(1, math.ceil(math.log(max(ratio, 1.0)) / math.log(1.0 / theta))) + 1
+    """Static phase count taking ε from ε₀ = eps_start_frac·span down to ε_final = tol_cert·s/(K+1)."""
+    ratio = eps_start_frac * (k + 1) / tol_cert
+    return max(1, math.ceil(math.log(max(ratio, 1.0)) / math.log(1.0 / theta))) + 1
 
 
 def default_max_iters(k: int) -> int:
-  return 16 * k + 64
+    return 16 * k + 64
 
 
 def default_eps_final(certificate: str, tol_cert: float) -> float:
-  """Relative ε_final (times s/(K+1)): tol for the duality certificate; coarse for the exact Bellman–Ford one."""
-  return tol_cert if certificate == "duality" else DEFAULT_BF_EPS_FINAL
+    """Relative ε_final (times s/(K+1)): tol for the duality certificate; coarse for the exact Bellman–Ford one."""
+    return tol_cert if certificate == "duality" else DEFAULT_BF_EPS_FINAL
 
 
 # Relative ε_final used with certificate='bellman_ford' (see bench/matching.py and the module docstring).
@@ -143,147 +143,147 @@ DEFAULT_BF_EPS_FINAL = 1e-3
 
 
 def _certify(a, owner, prices, certificate):
-  """(gap[N], perm[K, N]) for a complete assignment `owner[K(j), N]` of a[K(i), K(j), N] (module docstring)."""
-  k, n = owner.shape
-  rowid = jax.lax.broadcasted_iota(jnp.int32, (k, n), 0)
-  onehot = _rows_owning(owner)                                            # onehot[j][i] = row i owns column j
-  own_a = _sum_over_owned(onehot, a)                                      # A[i, π(i)]
+    """(gap[N], perm[K, N]) for a complete assignment `owner[K(j), N]` of a[K(i), K(j), N] (module docstring)."""
+    k, n = owner.shape
+    rowid = jax.lax.broadcasted_iota(jnp.int32, (k, n), 0)
+    onehot = _rows_owning(owner)                                            # onehot[j][i] = row i owns column j
+    own_a = _sum_over_owned(onehot, a)                                      # A[i, π(i)]
 
-  if certificate == "bellman_ford":
-    def relax(d):
-      u = own_a - _sum_over_owned(onehot, d)                              # u_i = A_iπ(i) − d_π(i)
-      best = a[0] - u[0][None, :]                                         # max_i (A_ij − u_i), as [K(j), N]
-      for i in range(1, k):
-        best = jnp.maximum(best, a[i] - u[i][None, :])
-      return jnp.maximum(d, best)
+    if certificate == "bellman_ford":
+        def relax(d):
+            u = own_a - _sum_over_owned(onehot, d)                              # u_i = A_iπ(i) − d_π(i)
+            best = a[0] - u[0][None, :]                                         # max_i (A_ij − u_i), as [K(j), N]
+            for i in range(1, k):
+                best = jnp.maximum(best, a[i] - u[i][None, :])
+            return jnp.maximum(d, best)
 
-    def bf_body(s):
-      d, _, t = s
-      new = relax(d)
-      return new, jnp.any(new > d), t + 1
+        def bf_body(s):
+            d, _, t = s
+            new = relax(d)
+            return new, jnp.any(new > d), t + 1
 
-    # Early exit once no potential moves anywhere in the batch; K − 1 rounds reach the fixed point if π is optimal.
-    prices = jax.lax.while_loop(lambda s: s[1] & (s[2] < k - 1), bf_body,
-                                (prices, jnp.array(True), jnp.zeros((), jnp.int32)))[0]
+        # Early exit once no potential moves anywhere in the batch; K − 1 rounds reach the fixed point if π is optimal.
+        prices = jax.lax.while_loop(lambda s: s[1] & (s[2] < k - 1), bf_body,
+                                    (prices, jnp.array(True), jnp.zeros((), jnp.int32)))[0]
 
-  values = a - prices[None, :, :]
-  slack = _max_over_j(values) - _sum_over_owned(onehot, values)          # [K(i), N], each ≥ 0
-  perm = _sum_over_owned(onehot, jnp.broadcast_to(rowid.astype(jnp.float32), (k, n))).astype(jnp.int32)
-  return _all0_reduce(slack, jnp.add), perm
+    values = a - prices[None, :, :]
+    slack = _max_over_j(values) - _sum_over_owned(onehot, values)          # [K(i), N], each ≥ 0
+    perm = _sum_over_owned(onehot, jnp.broadcast_to(rowid.astype(jnp.float32), (k, n))).astype(jnp.int32)
+    return _all0_reduce(slack, jnp.add), perm
 
 
 def certificate_gap(benefit, perm, prices, certificate: str = "bellman_ford"):
-  """Certified bound on OPT − Σ_i A[i, perm[i]] for given permutations and starting prices (both [..., K]).
+    """Certified bound on OPT − Σ_i A[i, perm[i]] for given permutations and starting prices (both [..., K]).
 
-  'duality' evaluates gap(prices); 'bellman_ford' first relaxes the prices to exact longest-path potentials of the
-  exchange graph, so the bound is 0 (up to rounding) iff perm is optimal. Exposed for tests and diagnostics.
-  """
-  benefit = jnp.asarray(benefit, jnp.float32)
-  batch, k = benefit.shape[:-2], benefit.shape[-1]
-  a = jnp.moveaxis(benefit.reshape((-1, k, k)), 0, -1)
-  perm = jnp.asarray(perm, jnp.int32).reshape((-1, k)).T                  # [K(i), N]
-  # owner[j] = the row i with perm[i] = j (one-hot sum outside any loop).
-  owner = sum(jnp.where(perm[i][None, :] == jnp.arange(k)[:, None], i, 0) for i in range(k)).astype(jnp.int32)
-  prices = jnp.broadcast_to(jnp.asarray(prices, jnp.float32), batch + (k,)).reshape((-1, k)).T
-  return _certify(a, owner, prices, certificate)[0].reshape(batch)
+    'duality' evaluates gap(prices); 'bellman_ford' first relaxes the prices to exact longest-path potentials of the
+    exchange graph, so the bound is 0 (up to rounding) iff perm is optimal. Exposed for tests and diagnostics.
+    """
+    benefit = jnp.asarray(benefit, jnp.float32)
+    batch, k = benefit.shape[:-2], benefit.shape[-1]
+    a = jnp.moveaxis(benefit.reshape((-1, k, k)), 0, -1)
+    perm = jnp.asarray(perm, jnp.int32).reshape((-1, k)).T                  # [K(i), N]
+    # owner[j] = the row i with perm[i] = j (one-hot sum outside any loop).
+    owner = sum(jnp.where(perm[i][None, :] == jnp.arange(k)[:, None], i, 0) for i in range(k)).astype(jnp.int32)
+    prices = jnp.broadcast_to(jnp.asarray(prices, jnp.float32), batch + (k,)).reshape((-1, k)).T
+    return _certify(a, owner, prices, certificate)[0].reshape(batch)
 
 
 def solve_auction(benefit: jnp.ndarray, *, eps_start_frac: float = 0.25, theta: float = 0.25,
                   tol_cert: float = 1e-5, max_iters_per_phase: int | None = None,
                   loop: str = "while", certificate: str = "bellman_ford",
                   eps_final: float | None = None, max_rounds: int | None = None) -> AuctionResult:
-  """Auction on `benefit[..., K, K]` (maximising; any leading batch shape). See the module docstring.
+    """Auction on `benefit[..., K, K]` (maximising; any leading batch shape). See the module docstring.
 
-  eps_final: relative final ε (ε_final = eps_final·max(1, span)/(K+1)); default tol_cert for
-  certificate='duality' and `DEFAULT_BF_EPS_FINAL` for certificate='bellman_ford'.
-  max_rounds: optional budget of bidding rounds per problem over all phases; a problem still incomplete after it
-  is flagged (incomplete, repaired exactly by `mmjax.matching.solve`). Bounds the vmapped loop by the budget
-  instead of the slowest problem of the batch.
-  """
-  benefit = jnp.asarray(benefit)
-  if benefit.ndim < 2 or benefit.shape[-1] != benefit.shape[-2]:
-    raise ValueError(f"solve_auction needs square blocks [..., K, K], got shape {benefit.shape}")
-  batch, k = benefit.shape[:-2], benefit.shape[-1]
-  if k == 1:
-    return AuctionResult(jnp.zeros(batch + (1,), jnp.int32), jnp.zeros(batch, bool), jnp.zeros(batch, bool),
-                         jnp.zeros(batch, jnp.float32), jnp.zeros(batch, jnp.int32))
-  if not 0.0 < theta < 1.0:
-    raise ValueError(f"auction theta must be in (0, 1), got {theta}")
-  if loop not in ("while", "scan"):
-    raise ValueError(f"auction loop must be 'while' or 'scan', got {loop!r}")
-  if certificate not in CERTIFICATES:
-    raise ValueError(f"auction certificate must be one of {CERTIFICATES}, got {certificate!r}")
-  eps_rel = default_eps_final(certificate, tol_cert) if eps_final is None else float(eps_final)
-  if not eps_rel > 0.0:
-    raise ValueError(f"auction eps_final must be > 0, got {eps_final}")
-  cap = default_max_iters(k) if max_iters_per_phase is None else int(max_iters_per_phase)
-  phases = num_phases(k, eps_start_frac, theta, eps_rel)
-  budget = phases * cap if max_rounds is None else int(max_rounds)
+    eps_final: relative final ε (ε_final = eps_final·max(1, span)/(K+1)); default tol_cert for
+    certificate='duality' and `DEFAULT_BF_EPS_FINAL` for certificate='bellman_ford'.
+    max_rounds: optional budget of bidding rounds per problem over all phases; a problem still incomplete after it
+    is flagged (incomplete, repaired exactly by `mmjax.matching.solve`). Bounds the vmapped loop by the budget
+    instead of the slowest problem of the batch.
+    """
+    benefit = jnp.asarray(benefit)
+    if benefit.ndim < 2 or benefit.shape[-1] != benefit.shape[-2]:
+        raise ValueError(f"solve_auction needs square blocks [..., K, K], got shape {benefit.shape}")
+    batch, k = benefit.shape[:-2], benefit.shape[-1]
+    if k == 1:
+        return AuctionResult(jnp.zeros(batch + (1,), jnp.int32), jnp.zeros(batch, bool), jnp.zeros(batch, bool),
+                             jnp.zeros(batch, jnp.float32), jnp.zeros(batch, jnp.int32))
+    if not 0.0 < theta < 1.0:
+        raise ValueError(f"auction theta must be in (0, 1), got {theta}")
+    if loop not in ("while", "scan"):
+        raise ValueError(f"auction loop must be 'while' or 'scan', got {loop!r}")
+    if certificate not in CERTIFICATES:
+        raise ValueError(f"auction certificate must be one of {CERTIFICATES}, got {certificate!r}")
+    eps_rel = default_eps_final(certificate, tol_cert) if eps_final is None else float(eps_final)
+    if not eps_rel > 0.0:
+        raise ValueError(f"auction eps_final must be > 0, got {eps_final}")
+    cap = default_max_iters(k) if max_iters_per_phase is None else int(max_iters_per_phase)
+    phases = num_phases(k, eps_start_frac, theta, eps_rel)
+    budget = phases * cap if max_rounds is None else int(max_rounds)
 
-  a = jnp.moveaxis(benefit.astype(jnp.float32).reshape((-1, k, k)), 0, -1)   # [K(i), K(j), N]
-  n = a.shape[-1]
-  amax = _max_over_j(a)
-  amin = -_max_over_j(-a)
-  span = _all0_reduce(amax, jnp.maximum) - _all0_reduce(amin, jnp.minimum)
-  scale = jnp.maximum(1.0, span)
-  eps_lo = eps_rel * scale / (k + 1)
-  eps_hi = jnp.maximum(eps_start_frac * span, eps_lo)
+    a = jnp.moveaxis(benefit.astype(jnp.float32).reshape((-1, k, k)), 0, -1)   # [K(i), K(j), N]
+    n = a.shape[-1]
+    amax = _max_over_j(a)
+    amin = -_max_over_j(-a)
+    span = _all0_reduce(amax, jnp.maximum) - _all0_reduce(amin, jnp.minimum)
+    scale = jnp.maximum(1.0, span)
+    eps_lo = eps_rel * scale / (k + 1)
+    eps_hi = jnp.maximum(eps_start_frac * span, eps_lo)
 
-  rowid = jax.lax.broadcasted_iota(jnp.int32, (k, n), 0)
+    rowid = jax.lax.broadcasted_iota(jnp.int32, (k, n), 0)
 
-  def body(state):
-    owner, prices, eps, phase, it_phase, done, iters = state
-    # Row i is free iff no column names it ([K, K] int compares; a row->column array would need the same compares
-    # to update, so "assigned" is derived, as spec §2.5 says).
-    free = jnp.ones((k, n), bool)
-    for j in range(k):
-      free = free & (owner[j][None, :] != rowid)
-    # Best / second-best column per row in one sweep over j (ties → lowest j; v2 = v1 on ties).
-    v1, j1, v2 = a[:, 0] - prices[0][None, :], jnp.zeros((k, n), jnp.int32), jnp.full((k, n), _NEG, jnp.float32)
-    for j in range(1, k):
-      v = a[:, j] - prices[j][None, :]
-      better = v > v1
-      v2 = jnp.where(better, v1, jnp.maximum(v2, v))
-      j1 = jnp.where(better, j, j1)
-      v1 = jnp.where(better, v, v1)
-    inc = jnp.where(free & ~done[None, :], v1 - v2 + eps[None, :], _NEG)   # [K(i), N]; stopped problems idle
-    # Each column keeps the largest increment offered to it (ties → lowest row): sweep over bidders i.
-    best, winner = jnp.full((k, n), _NEG, jnp.float32), jnp.zeros((k, n), jnp.int32)
-    for i in range(k):
-      offer = jnp.where(j1[i][None, :] == rowid, inc[i][None, :], _NEG)   # [K(j), N]
-      better = offer > best
-      best = jnp.where(better, offer, best)
-      winner = jnp.where(better, i, winner)
-    got = best > _NEG / 2
-    owner = jnp.where(got, winner, owner)
-    prices = jnp.where(got, prices + best, prices)
-    # Per-problem phase bookkeeping (selects only). Stopped problems make no bids.
-    complete = _all0(owner >= 0)
-    it_phase = it_phase + 1
-    iters = iters + (~done).astype(jnp.int32)
-    # Out of budget: stop as is; a complete assignment still goes to the certificate, an incomplete one to repair.
-    stop = (iters >= budget) | (phase >= phases - 1)
-    advance = complete & ~done & ~stop
-    finish = ~done & ((complete & stop) | (~complete & ((it_phase >= cap) | (iters >= budget))))
-    done = done | finish
-    phase = phase + advance.astype(jnp.int32)
-    eps = jnp.where(advance, jnp.maximum(eps_hi * theta ** phase.astype(jnp.float32), eps_lo), eps)
-    owner = jnp.where(advance[None, :], -1, owner)
-    it_phase = jnp.where(advance, 0, it_phase)
-    return owner, prices, eps, phase, it_phase, done, iters
+    def body(state):
+        owner, prices, eps, phase, it_phase, done, iters = state
+        # Row i is free iff no column names it ([K, K] int compares; a row->column array would need the same compares
+        # to update, so "assigned" is derived, as spec §2.5 says).
+        free = jnp.ones((k, n), bool)
+        for j in range(k):
+            free = free & (owner[j][None, :] != rowid)
+        # Best / second-best column per row in one sweep over j (ties → lowest j; v2 = v1 on ties).
+        v1, j1, v2 = a[:, 0] - prices[0][None, :], jnp.zeros((k, n), jnp.int32), jnp.full((k, n), _NEG, jnp.float32)
+        for j in range(1, k):
+            v = a[:, j] - prices[j][None, :]
+            better = v > v1
+            v2 = jnp.where(better, v1, jnp.maximum(v2, v))
+            j1 = jnp.where(better, j, j1)
+            v1 = jnp.where(better, v, v1)
+        inc = jnp.where(free & ~done[None, :], v1 - v2 + eps[None, :], _NEG)   # [K(i), N]; stopped problems idle
+        # Each column keeps the largest increment offered to it (ties → lowest row): sweep over bidders i.
+        best, winner = jnp.full((k, n), _NEG, jnp.float32), jnp.zeros((k, n), jnp.int32)
+        for i in range(k):
+            offer = jnp.where(j1[i][None, :] == rowid, inc[i][None, :], _NEG)   # [K(j), N]
+            better = offer > best
+            best = jnp.where(better, offer, best)
+            winner = jnp.where(better, i, winner)
+        got = best > _NEG / 2
+        owner = jnp.where(got, winner, owner)
+        prices = jnp.where(got, prices + best, prices)
+        # Per-problem phase bookkeeping (selects only). Stopped problems make no bids.
+        complete = _all0(owner >= 0)
+        it_phase = it_phase + 1
+        iters = iters + (~done).astype(jnp.int32)
+        # Out of budget: stop as is; a complete assignment still goes to the certificate, an incomplete one to repair.
+        stop = (iters >= budget) | (phase >= phases - 1)
+        advance = complete & ~done & ~stop
+        finish = ~done & ((complete & stop) | (~complete & ((it_phase >= cap) | (iters >= budget))))
+        done = done | finish
+        phase = phase + advance.astype(jnp.int32)
+        eps = jnp.where(advance, jnp.maximum(eps_hi * theta ** phase.astype(jnp.float32), eps_lo), eps)
+        owner = jnp.where(advance[None, :], -1, owner)
+        it_phase = jnp.where(advance, 0, it_phase)
+        return owner, prices, eps, phase, it_phase, done, iters
 
-  state = (jnp.full((k, n), -1, jnp.int32), jnp.zeros((k, n), jnp.float32),
-           jnp.where(phases > 1, eps_hi, eps_lo), jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.int32),
-           jnp.zeros((n,), bool), jnp.zeros((n,), jnp.int32))
-  if loop == "while":
-    state = jax.lax.while_loop(lambda s: ~jnp.all(s[5]), body, state)
-  else:
-    state = jax.lax.scan(lambda s, _: (body(s), None), state, None, length=phases * cap)[0]
-  owner, prices, _, _, _, _, iters = state
+    state = (jnp.full((k, n), -1, jnp.int32), jnp.zeros((k, n), jnp.float32),
+             jnp.where(phases > 1, eps_hi, eps_lo), jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.int32),
+             jnp.zeros((n,), bool), jnp.zeros((n,), jnp.int32))
+    if loop == "while":
+        state = jax.lax.while_loop(lambda s: ~jnp.all(s[5]), body, state)
+    else:
+        state = jax.lax.scan(lambda s, _: (body(s), None), state, None, length=phases * cap)[0]
+    owner, prices, _, _, _, _, iters = state
 
-  incomplete = ~_all0(owner >= 0)
-  gap, perm = _certify(a, owner, prices, certificate)
-  gap = jnp.where(incomplete, jnp.float32(1e30), gap)
-  needs_repair = incomplete | (gap > tol_cert * scale)
-  return AuctionResult(perm.T.reshape(batch + (k,)), needs_repair.reshape(batch), incomplete.reshape(batch),
-                       gap.reshape(batch), iters.reshape(batch))
+    incomplete = ~_all0(owner >= 0)
+    gap, perm = _certify(a, owner, prices, certificate)
+    gap = jnp.where(incomplete, jnp.float32(1e30), gap)
+    needs_repair = incomplete | (gap > tol_cert * scale)
+    return AuctionResult(perm.T.reshape(batch + (k,)), needs_repair.reshape(batch), incomplete.reshape(batch),
+                         gap.reshape(batch), iters.reshape(batch))

@@ -19,21 +19,21 @@ MAX_K = 8
 
 @functools.lru_cache(maxsize=None)
 def permutation_table(k: int) -> tuple[np.ndarray, np.ndarray]:
-  """(perms int32[K!, K], one-hot float32[K!, K*K]) in lexicographic order."""
-  if not 1 <= k <= MAX_K:
-    raise ValueError(f"enumerate solver supports 1 <= K <= {MAX_K}, got K={k}")
-  perms = np.array(list(itertools.permutations(range(k))), dtype=np.int32)
-  onehot = np.zeros((len(perms), k * k), np.float32)
-  rows = np.arange(k)
-  for p, perm in enumerate(perms):
-    onehot[p, rows * k + perm] = 1.0
-  return perms, onehot
+    """(perms int32[K!, K], one-hot float32[K!, K*K]) in lexicographic order."""
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"enumerate solver supports 1 <= K <= {MAX_K}, got K={k}")
+    perms = np.array(list(itertools.permutations(range(k))), dtype=np.int32)
+    onehot = np.zeros((len(perms), k * k), np.float32)
+    rows = np.arange(k)
+    for p, perm in enumerate(perms):
+        onehot[p, rows * k + perm] = 1.0
+    return perms, onehot
 
 
 def solve_enumerate(benefit: jnp.ndarray) -> jnp.ndarray:
-  """Maximising assignment of one square block `benefit[K, K]` -> perm int32[K]."""
-  k = benefit.shape[-1]
-  perms, onehot = permutation_table(k)
-  totals = jnp.dot(benefit.reshape(k * k).astype(jnp.float32), jnp.asarray(onehot).T,
-                   precision="highest")
-  return jnp.asarray(perms)[jnp.argmax(totals)]
+    """Maximising assignment of one square block `benefit[K, K]` -> perm int32[K]."""
+    k = benefit.shape[-1]
+    perms, onehot = permutation_table(k)
+    totals = jnp.dot(benefit.reshape(k * k).astype(jnp.float32), jnp.asarray(onehot).T,
+                     precision="highest")
+    return jnp.asarray(perms)[jnp.argmax(totals)]

@@ -11,7 +11,7 @@ import optax
 
 
 def solve_hungarian(benefit: jnp.ndarray) -> jnp.ndarray:
-  """Maximising assignment of one square block `benefit[K, K]` -> perm int32[K]."""
-  k = benefit.shape[-1]
-  rows, cols = optax.assignment.hungarian_algorithm(-benefit.astype(jnp.float32))
-  return jnp.zeros((k,), jnp.int32).at[rows].set(cols.astype(jnp.int32))
+    """Maximising assignment of one square block `benefit[K, K]` -> perm int32[K]."""
+    k = benefit.shape[-1]
+    rows, cols = optax.assignment.hungarian_algorithm(-benefit.astype(jnp.float32))
+    return jnp.zeros((k,), jnp.int32).at[rows].set(cols.astype(jnp.int32))

@@ -21,58 +21,58 @@ import jax.numpy as jnp
 
 
 def normalise_masks(scores: jnp.ndarray, mask):
-  """Returns (row_valid bool[..., n], col_valid bool[..., m], cell_valid bool[..., n, m]) broadcast to scores."""
-  n, m = scores.shape[-2:]
-  batch = scores.shape[:-2]
-  if mask is None:
-    row = jnp.ones(batch + (n,), bool)
-    col = jnp.ones(batch + (m,), bool)
-    return row, col, jnp.ones(scores.shape, bool)
-  if isinstance(mask, (tuple, list)):
-    if len(mask) != 2:
-      raise ValueError(f"mask as a tuple must be (row_mask [..., {n}], col_mask [..., {m}]), got {len(mask)} items")
-    row, col = (jnp.asarray(x).astype(bool) for x in mask)
-    if row.shape[-1:] != (n,) or col.shape[-1:] != (m,):
-      raise ValueError(f"mask: row_mask shape {row.shape} / col_mask shape {col.shape} do not end in ({n},) / ({m},) "
-                       f"for scores of shape {scores.shape}")
+    """Returns (row_valid bool[..., n], col_valid bool[..., m], cell_valid bool[..., n, m]) broadcast to scores."""
+    n, m = scores.shape[-2:]
+    batch = scores.shape[:-2]
+    if mask is None:
+        row = jnp.ones(batch + (n,), bool)
+        col = jnp.ones(batch + (m,), bool)
+        return row, col, jnp.ones(scores.shape, bool)
+    if isinstance(mask, (tuple, list)):
+        if len(mask) != 2:
+            raise ValueError(f"mask as a tuple must be (row_mask [..., {n}], col_mask [..., {m}]), got {len(mask)} items")
+        row, col = (jnp.asarray(x).astype(bool) for x in mask)
+        if row.shape[-1:] != (n,) or col.shape[-1:] != (m,):
+            raise ValueError(f"mask: row_mask shape {row.shape} / col_mask shape {col.shape} do not end in ({n},) / ({m},) "
+                             f"for scores of shape {scores.shape}")
+        try:
+            row = jnp.broadcast_to(row, batch + (n,))
+            col = jnp.broadcast_to(col, batch + (m,))
+        except ValueError as e:
+            raise ValueError(f"mask: row/col mask shapes {row.shape}/{col.shape} do not broadcast to scores batch "
+                             f"shape {batch}") from e
+        return row, col, row[..., :, None] & col[..., None, :]
+    cell = jnp.asarray(mask).astype(bool)
     try:
-      row = jnp.broadcast_to(row, batch + (n,))
-      col = jnp.broadcast_to(col, batch + (m,))
+        cell = jnp.broadcast_to(cell, scores.shape)
     except ValueError as e:
-      raise ValueError(f"mask: row/col mask shapes {row.shape}/{col.shape} do not broadcast to scores batch "
-                       f"shape {batch}") from e
-    return row, col, row[..., :, None] & col[..., None, :]
-  cell = jnp.asarray(mask).astype(bool)
-  try:
-    cell = jnp.broadcast_to(cell, scores.shape)
-  except ValueError as e:
-    raise ValueError(f"mask: cell mask of shape {cell.shape} does not broadcast to scores shape {scores.shape}") from e
-  return jnp.any(cell, axis=-1), jnp.any(cell, axis=-2), cell
+        raise ValueError(f"mask: cell mask of shape {cell.shape} does not broadcast to scores shape {scores.shape}") from e
+    return jnp.any(cell, axis=-1), jnp.any(cell, axis=-2), cell
 
 
 def square_benefit(scores: jnp.ndarray, row_valid, col_valid, cell_valid, pad_penalty="auto"):
-  """Pads to K = max(n, m). Returns (A float32[..., K, K], cell_valid_sq bool[..., K, K], nonfinite bool[...])."""
-  n, m = scores.shape[-2:]
-  k = max(n, m)
-  s = jax.lax.stop_gradient(scores).astype(jnp.float32)
-  finite = jnp.isfinite(s)
-  nonfinite = jnp.any(cell_valid & ~finite, axis=(-2, -1))
-  s = jnp.where(cell_valid & finite, s, 0.0)
-  pad_n, pad_m = k - n, k - m
+    """Pads to K = max(n, m). Returns (A float32[..., K, K], cell_valid_sq bool[..., K, K], nonfinite bool[...])."""
+    n, m = scores.shape[-2:]
+    k = max(n, m)
+    s = jax.lax.stop_gradient(scores).astype(jnp.float32)
+    finite = jnp.isfinite(s)
+    nonfinite = jnp.any(cell_valid & ~finite, axis=(-2, -1))
+    s = jnp.where(cell_valid & finite, s, 0.0)
+    pad_n, pad_m = k - n, k - m
 
-  def pad(x, value):
-    widths = [(0, 0)] * (x.ndim - 2) + [(0, pad_n), (0, pad_m)]
-    return jnp.pad(x, widths, constant_values=value)
+    def pad(x, value):
+        widths = [(0, 0)] * (x.ndim - 2) + [(0, pad_n), (0, pad_m)]
+        return jnp.pad(x, widths, constant_values=value)
 
-  s = pad(s, 0.0)
-  cell = pad(cell_valid, False)
-  row = jnp.pad(row_valid, [(0, 0)] * (row_valid.ndim - 1) + [(0, pad_n)], constant_values=False)
-  col = jnp.pad(col_valid, [(0, 0)] * (col_valid.ndim - 1) + [(0, pad_m)], constant_values=False)
-  if pad_penalty == "auto":
-    c_max = jnp.max(jnp.abs(s), axis=(-2, -1), keepdims=True)
-    penalty = (2 * k + 1) * jnp.maximum(1.0, c_max)
-  else:
-    penalty = jnp.float32(pad_penalty)
-  both_invalid = ~row[..., :, None] & ~col[..., None, :]
-  a = jnp.where(cell, s, jnp.where(both_invalid, 0.0, -penalty))
-  return a, cell, nonfinite
+    s = pad(s, 0.0)
+    cell = pad(cell_valid, False)
+    row = jnp.pad(row_valid, [(0, 0)] * (row_valid.ndim - 1) + [(0, pad_n)], constant_values=False)
+    col = jnp.pad(col_valid, [(0, 0)] * (col_valid.ndim - 1) + [(0, pad_m)], constant_values=False)
+    if pad_penalty == "auto":
+        c_max = jnp.max(jnp.abs(s), axis=(-2, -1), keepdims=True)
+        penalty = (2 * k + 1) * jnp.maximum(1.0, c_max)
+    else:
+        penalty = jnp.float32(pad_penalty)
+    both_invalid = ~row[..., :, None] & ~col[..., None, :]
+    a = jnp.where(cell, s, jnp.where(both_invalid, 0.0, -penalty))
+    return a, cell, nonfinite

@@ -162,4 +162,3 @@ def pick_training_negative(u: float, cfg: ShapesWorldConfig, negatives: list[Neg
         if u < acc:
             return i
     return avail[-1][0]
-
