@@ -27,6 +27,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mmjax.losses import triplet_loss  # noqa: E402
 from mmjax.models.image_towers import RegionTower  # noqa: E402
 from mmjax.models.retrieval import SetRetrievalModel  # noqa: E402
 from mmjax.models.set_prediction import SetPredictionModule  # noqa: E402
@@ -38,22 +39,6 @@ QUICK = dict(batch=16, regions=36, feat_dim=256, embed_dim=128, num_embeds=4, de
              tokens=12, vocab=200, word_dim=64)
 CAPTIONS_PER_IMAGE = 5
 MARGIN = 0.2
-
-
-def triplet_hardest(scores: jax.Array, positive: jax.Array, margin: float = MARGIN) -> jax.Array:
-    """`maxmatch.md` §3.1: L_i2t + L_t2i, each averaged over the cB (image, positive caption) pairs.
-
-    L_i2t = (1/cB) Σ_{i,n: Y=1} [δ + max_{n': Y[i,n']=0} S[i,n'] − S[i,n]]_+ ;
-    L_t2i = (1/cB) Σ_n [δ + max_{i' ≠ img(n)} S[i',n] − S[img(n),n]]_+ .
-    """
-    big = 1e4  # finite mask penalty (scores are bounded: S_H ∈ [e⁻¹−1, e−1], smooth-Chamfer ≈ [−1, 1.1])
-    num_captions = scores.shape[1]
-    hardest_caption = jnp.max(jnp.where(positive, -big, scores), axis=1, keepdims=True)  # [B,1]
-    i2t = jnp.sum(jnp.where(positive, jax.nn.relu(margin + hardest_caption - scores), 0.0)) / num_captions
-    pos_score = jnp.sum(jnp.where(positive, scores, 0.0), axis=0)  # [cB]
-    hardest_image = jnp.max(jnp.where(positive, -big, scores), axis=0)
-    t2i = jnp.mean(jax.nn.relu(margin + hardest_image - pos_score))
-    return i2t + t2i
 
 
 def build(cfg):
@@ -72,25 +57,25 @@ def build(cfg):
     lengths = rng.integers(5, cfg["tokens"] + 1, size=c)
     ids = jnp.asarray(rng.integers(1, cfg["vocab"], size=(c, cfg["tokens"])))
     token_mask = jnp.asarray(np.arange(cfg["tokens"])[None] < lengths[:, None])
-    positive = jnp.asarray(np.arange(c)[None, :] // CAPTIONS_PER_IMAGE == np.arange(b)[:, None])
+    caption_image = jnp.asarray(np.arange(c) // CAPTIONS_PER_IMAGE)
     variables = jax.jit(model.init)(jax.random.PRNGKey(0), feats, region_mask, ids, token_mask)
-    return model, variables, (feats, region_mask, ids, token_mask, positive)
+    return model, variables, (feats, region_mask, ids, token_mask, caption_image)
 
 
 def make_step(model, pairwise_set_similarity, kind):
     def loss_fn(params, batch_stats, batch, key):
-        feats, region_mask, ids, token_mask, positive = batch
+        feats, region_mask, ids, token_mask, caption_image = batch
         out, updates = model.apply({"params": params, "batch_stats": batch_stats}, feats, region_mask, ids,
                                    token_mask, train=True, mutable=["batch_stats"], rngs={"dropout": key})
         scores = pairwise_set_similarity(out["image"]["set"], out["text"]["set"], kind)
-        return triplet_hardest(scores, positive), updates["batch_stats"]
+        return triplet_loss(scores, caption_image, margin=MARGIN)[0], updates["batch_stats"]
 
     return jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
 
 
 def make_similarity_step(pairwise_set_similarity, kind):
-    def loss_fn(img, txt, positive):
-        return triplet_hardest(pairwise_set_similarity(img, txt, kind), positive)
+    def loss_fn(img, txt, caption_image):
+        return triplet_loss(pairwise_set_similarity(img, txt, kind), caption_image, margin=MARGIN)[0]
 
     return jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
 

@@ -12,16 +12,6 @@ Features are encoded once into `<workdir>/feature_cache/{train,val}` (or `--conf
 
 from mmjax.train.defaults import flowclip_head_config
 
-VARIANTS = {"flowclip_cimr": (True, 0.1), "flowclip_hnb": (True, 0.0), "globalm_cimr": (False, 0.1),
-            "globalm_hnb": (False, 0.0)}
-
 
 def get_config(arg: str = ""):
-    parts = [p for p in (arg or "flowclip_cimr").split(",") if p]
-    head = next((p for p in parts if p in VARIANTS), "flowclip_cimr")
-    unknown = [p for p in parts if p not in VARIANTS and p != "smoke"]
-    if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(VARIANTS)} and 'smoke'")
-    c = flowclip_head_config("smoke" if "smoke" in parts else "")
-    c.flowclip.use_local, c.flowclip.lambda_cimr = VARIANTS[head]
-    return c
+    return flowclip_head_config(arg)

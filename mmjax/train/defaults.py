@@ -101,9 +101,22 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
     return c
 
 
+FLOWCLIP_HEADS = {"flowclip_cimr": (True, 0.1), "flowclip_hnb": (True, 0.0), "globalm_cimr": (False, 0.1),
+                  "globalm_hnb": (False, 0.0)}
+
+
 def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
     """Flow-CLIP heads on frozen features (`flowclip.md` §7, LABCLIP recipe): Adam 1e-3, no weight decay or
-    schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = the spec's project defaults."""
+    schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = the spec's project defaults.
+
+    `variant`: comma-separated head (`FLOWCLIP_HEADS`: {Flow-CLIP, Global-M} × {HNB + CIMR, HNB}; default
+    flowclip_cimr) and optionally `smoke` (the test size), e.g. "globalm_hnb,smoke".
+    """
+    parts = [p for p in (variant or "").split(",") if p]
+    unknown = [p for p in parts if p not in FLOWCLIP_HEADS and p != "smoke"]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(FLOWCLIP_HEADS)} and 'smoke'")
+    head = next((p for p in parts if p in FLOWCLIP_HEADS), "flowclip_cimr")
     c = ml_collections.ConfigDict()
     c.task = "flowclip_head"
     c.seed = 0
@@ -120,7 +133,8 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
     c.eval_caption_chunk = 512
     c.eval_split = "test"
     c.evals = {"retrieval": {"type": "retrieval"}, "shapesworld_suites": {"type": "compositional"}}
-    if variant.startswith("smoke"):
+    c.flowclip.use_local, c.flowclip.lambda_cimr = FLOWCLIP_HEADS[head]
+    if "smoke" in parts:
         c.data.batch_size = 32
         c.eval_caption_chunk = 64
         c.train.update(num_epochs=0, num_steps=4, log_every=2, eval_every=4, checkpoint_every=2, progress_every_s=0.0)

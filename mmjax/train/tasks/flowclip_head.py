@@ -67,35 +67,52 @@ class CachedRecordIterator:
         pass
 
 
-def _shapesworld_cache(config, split: str, directory: str, with_negatives: bool, clip_workdir: str | None = None):
-    """Encodes a ShapesWorld split with the exported frozen CLIP of `clip_workdir` (default `data.clip_workdir`)."""
-    from mmjax.data import shapesworld
-    from mmjax.models.clip import CLIPConfig, CLIPModel
-    from mmjax.train.export import load_exported
-    from mmjax.train.tasks.clip_pretrain import normalise_pixels
+class FrozenShapesWorldCLIP:
+    """The exported ShapesWorld CLIP of `clip_workdir` (frozen) with the split it was trained on, encoding images
+    and caption strings in fixed-size batches (one compilation each). Outputs are the raw Flow-CLIP inputs:
+    images {"global", "patches"}, texts {"global", "tokens", "valid"} (truncated to `max_tokens`)."""
 
-    clip_workdir = clip_workdir or config.data.clip_workdir
-    params, info = load_exported(clip_workdir)
-    if info.get("task") != "clip_pretrain":
-        raise ValueError(f"{clip_workdir}: exported task is {info.get('task')!r}, not 'clip_pretrain'")
-    model = CLIPModel(CLIPConfig.from_dict(info["clip_config"]))
-    data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode="pixels")
-    tok = shapesworld.ShapesWorld(data["config"]).tokenizer()
-    variables = {"params": params["params"]}
-    img_fn = jax.jit(lambda v, x: model.apply(v, normalise_pixels(x), method="encode_image"))
-    txt_fn = jax.jit(lambda v, i, m: model.apply(v, i, m, method="encode_text"))
-    bs = 64
+    batch_size = 64
 
-    def padded(fn, *arrays):
+    def __init__(self, clip_workdir: str, split: str, max_tokens: int):
+        from mmjax.data import shapesworld
+        from mmjax.models.clip import CLIPConfig, CLIPModel
+        from mmjax.train.export import load_exported
+        from mmjax.train.tasks.clip_pretrain import normalise_pixels
+
+        params, info = load_exported(clip_workdir)
+        if info.get("task") != "clip_pretrain":
+            raise ValueError(f"{clip_workdir}: exported task is {info.get('task')!r}, not 'clip_pretrain'")
+        self.clip_workdir = os.path.abspath(clip_workdir)
+        model = CLIPModel(CLIPConfig.from_dict(info["clip_config"]))
+        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode="pixels")
+        self.tokenizer = shapesworld.ShapesWorld(self.data["config"]).tokenizer()
+        self.max_tokens = max_tokens
+        self._variables = {"params": params["params"]}
+        self._img_fn = jax.jit(lambda v, x: model.apply(v, normalise_pixels(x), method="encode_image"))
+        self._txt_fn = jax.jit(lambda v, i, m: model.apply(v, i, m, method="encode_text"))
+
+    def _padded(self, fn, *arrays):
         n = len(arrays[0])
-        arrays = [np.concatenate([a, np.repeat(a[-1:], bs - n, 0)]) for a in arrays]
-        return {k: np.asarray(v)[:n] for k, v in fn(variables, *arrays).items()}
+        arrays = [np.concatenate([a, np.repeat(a[-1:], self.batch_size - n, 0)]) for a in arrays]
+        return {k: np.asarray(v)[:n] for k, v in fn(self._variables, *arrays).items()}
 
-    def encode_text(strings):
-        enc = tok.encode(list(strings))
-        out = padded(txt_fn, enc.ids, enc.attention_mask.astype(np.int32))
+    def encode_images(self, pixels):
+        """uint8 [n ≤ batch_size, H, W, 3] -> {"global", "patches"}."""
+        return self._padded(self._img_fn, np.asarray(pixels))
+
+    def encode_texts(self, strings):
+        """n ≤ batch_size strings -> {"global", "tokens", "valid"}."""
+        enc = self.tokenizer.encode(list(strings))
+        out = self._padded(self._txt_fn, enc.ids, enc.attention_mask.astype(np.int32))
+        out["tokens"], out["valid"] = out["tokens"][:, :self.max_tokens], out["valid"][:, :self.max_tokens]
         return out
 
+
+def _shapesworld_cache(config, split: str, directory: str, with_negatives: bool, clip_workdir: str | None = None):
+    """Encodes a ShapesWorld split with the exported frozen CLIP of `clip_workdir` (default `data.clip_workdir`)."""
+    clip = FrozenShapesWorldCLIP(clip_workdir or config.data.clip_workdir, split, config.flowclip.max_tokens)
+    data = clip.data
     n, c = len(data["captions"]), len(data["captions"][0])
     texts = [t for caps in data["captions"] for t in caps]
     records = []
@@ -110,11 +127,10 @@ def _shapesworld_cache(config, split: str, directory: str, with_negatives: bool,
                     texts.append(data["neg_text"][k])
                 rec["neg"] = neg_text_index[k]
             records.append(rec)
-    write_feature_cache(directory, data["images"], texts, encode_image=lambda x: padded(img_fn, x),
-                        encode_text=encode_text, records=records, batch_size=bs,
+    write_feature_cache(directory, data["images"], texts, encode_image=clip.encode_images,
+                        encode_text=clip.encode_texts, records=records, batch_size=clip.batch_size,
                         max_tokens=config.flowclip.max_tokens, overwrite=True,
-                        extra_meta={"source": "shapesworld", "split": split, "clip_workdir":
-                                    os.path.abspath(clip_workdir)})
+                        extra_meta={"source": "shapesworld", "split": split, "clip_workdir": clip.clip_workdir})
 
 
 class FlowCLIPHeadTask:
@@ -213,32 +229,19 @@ class FlowCLIPHeadTask:
 
 def _shapesworld_suites_context(config, split, head_params, score, clip_workdir):
     """Suites scored by the head over frozen-CLIP features computed on the fly (negatives are not cached)."""
-    from mmjax.data import shapesworld
     from mmjax.data.shapesworld.suites import build_suites
     from mmjax.evaluation.scorers import EmbeddingScorer
-    from mmjax.models.clip import CLIPConfig, CLIPModel
-    from mmjax.train.export import load_exported
-    from mmjax.train.tasks.clip_pretrain import normalise_pixels
 
-    clip_params, info = load_exported(clip_workdir)
-    model = CLIPModel(CLIPConfig.from_dict(info["clip_config"]))
-    data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode="pixels")
-    tok = shapesworld.ShapesWorld(data["config"]).tokenizer()
-    variables = {"params": clip_params["params"]}
-    img_fn = jax.jit(lambda v, x: model.apply(v, normalise_pixels(x), method="encode_image"))
-    txt_fn = jax.jit(lambda v, i, m: model.apply(v, i, m, method="encode_text"))
-    max_tokens = config.flowclip.max_tokens
+    clip = FrozenShapesWorldCLIP(clip_workdir, split, config.flowclip.max_tokens)
+
+    def batched(fn, items):
+        outs = [fn(items[s:s + clip.batch_size]) for s in range(0, len(items), clip.batch_size)]
+        return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
     def encode_images(records):
         idx = np.array([r.meta["image_index"] for r in records])
-        return {k: np.asarray(v) for k, v in img_fn(variables, data["images"][idx]).items()}
+        return batched(clip.encode_images, clip.data["images"][idx])
 
-    def encode_texts(captions):
-        enc = tok.encode(list(captions))
-        out = txt_fn(variables, enc.ids, enc.attention_mask.astype(np.int32))
-        return {"global": np.asarray(out["global"]), "tokens": np.asarray(out["tokens"])[:, :max_tokens],
-                "valid": np.asarray(out["valid"])[:, :max_tokens]}
-
-    scorer = EmbeddingScorer(encode_images, encode_texts, lambda img, txt: score(head_params, img, txt),
-                             mode="matrix")
-    return {"records": build_suites(data), "score_fn": scorer}
+    scorer = EmbeddingScorer(encode_images, lambda caps: batched(clip.encode_texts, list(caps)),
+                             lambda img, txt: score(head_params, img, txt), mode="matrix")
+    return {"records": build_suites(clip.data), "score_fn": scorer}
