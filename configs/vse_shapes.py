@@ -5,7 +5,7 @@ cosine similarity, hardest-negative triplet after one VSE0 epoch (`woodfrog/vse_
     python train.py --config configs/vse_shapes.py:smoke --workdir /tmp/vse_smoke
 """
 
-from mmjax.train.defaults import retrieval_config
+from mmjax.train.defaults import retrieval_config, retrieval_evals
 
 
 def get_config(arg: str = ""):
@@ -16,4 +16,5 @@ def get_config(arg: str = ""):
     c.loss.update(similarity="average", lambda_con=0.0, lambda_gd=0.0, lambda_isd=0.0, lambda_div=0.0,
                   lambda_mmd=0.0)
     c.optim.lr_mults = ()
+    c.evals = retrieval_evals("average", set_analysis=False)
     return c

@@ -10,7 +10,7 @@ import os
 
 from mmjax.evaluation.registry import run_evaluator
 from mmjax.train.export import load_exported
-from mmjax.train.tasks import build_task
+from mmjax.train.tasks import EVAL_ONLY_TASKS, build_task
 
 RETRIEVAL_KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 
@@ -50,16 +50,18 @@ def summary_markdown(results: dict) -> str:
 
 
 def evaluate_workdir(config, workdir: str, *, split: str | None = None) -> dict:
-    variables, info = load_exported(workdir)
-    if info.get("task") != config.task:
-        raise ValueError(f"{workdir} holds a {info.get('task')!r} run but the config is for {config.task!r}")
+    variables = None  # evaluation-only tasks (a pretrained checkpoint) have no export
+    if config.task not in EVAL_ONLY_TASKS:
+        variables, info = load_exported(workdir)
+        if info.get("task") != config.task:
+            raise ValueError(f"{workdir} holds a {info.get('task')!r} run but the config is for {config.task!r}")
     split = split or config.get("eval_split", "test")
     task = build_task(config, workdir)
     context = task.eval_context(variables, split)
     plot_dir = os.path.join(workdir, "plots")
     results, figures = {}, {}
     for name, options in dict(config.get("evals", {"retrieval": {"type": "retrieval"}})).items():
-        options = dict(options)
+        options = options.to_dict() if hasattr(options, "to_dict") else dict(options)
         kind = options.pop("type", name)
         if kind == "set_analysis":
             options.setdefault("out_dir", plot_dir)
@@ -68,6 +70,11 @@ def evaluate_workdir(config, workdir: str, *, split: str | None = None) -> dict:
                 options.setdefault("metrics_jsonl", metrics)
         if kind == "compositional" and "records" not in context:
             continue
+        if kind == "zeroshot":
+            if not options.get("folder"):
+                options.pop("folder", None)  # "" = no folder configured
+            if not ({"folder", "tfds"} & set(options) or "labels" in context):
+                continue  # no images to classify
         results[name] = run_evaluator(kind, options, context)
         figures.update(results[name].get("figures", {}) if isinstance(results[name], dict) else {})
     metrics_path = os.path.join(workdir, "metrics.jsonl")

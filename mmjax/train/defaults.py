@@ -35,39 +35,55 @@ def distributed_config():
     return ml_collections.ConfigDict(dict(coordinator="", num_processes=1, process_id=0, cpu_collectives="gloo"))
 
 
+def retrieval_evals(similarity: str, *, set_analysis: bool = True, **similarity_kw) -> dict:
+    """`config.evals` for a set-retrieval run: R@K with its similarity (MaxMatch: the top-k inference score and the
+    exact assignment), set analysis (circular variance, single elements, element-similarity heatmap, embeddings),
+    and the ShapesWorld compositional suites under the Real/Shuffle/Fixed controls."""
+    kinds = ("maxmatch_topk", "maxmatch") if similarity == "maxmatch" else (similarity,)
+    evals = {"retrieval": {"type": "retrieval", "kinds": kinds, "similarity_kw": dict(similarity_kw)},
+             "shapesworld_suites": {"type": "compositional"}}
+    if set_analysis:
+        evals["set_analysis"] = {"type": "set_analysis", "kind": similarity, "similarity_kw": dict(similarity_kw)}
+    return evals
+
+
 def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
-    """MaxMatch on ShapesWorld regions (the project default); `configs/*.py` adjust it per experiment."""
+    """MaxMatch on ShapesWorld regions (the project default, `shapesworld.md` §9 `maxmatch_regions` with a 2-epoch
+    CPU budget); `configs/*.py` adjust it per experiment."""
     c = ml_collections.ConfigDict()
     c.task = "retrieval"
     c.seed = 0
+    # max_len 16: the longest ShapesWorld caption is 14 words + [CLS]/[SEP] (the spec's tokenizer default is 20).
     c.data = dict(name="shapesworld", preset="default", seed=0, mode="regions", val_split="val",
-                  tokenizer="shapesworld", max_len=20, batch_size=128, augment=True, region_drop_prob=0.2,
+                  tokenizer="shapesworld", max_len=16, batch_size=128, augment=True, region_drop_prob=0.2,
                   caption_drop_prob=0.2, prefetch=2, path="", train_split="train", tokenizer_dir="")
     c.model = dict(
         embed_dim=256, set_head="spm", num_embeds=4, dropout=0.1,
         spm=dict(depth=2, share_weights=True, num_heads=4, head_dim=64, ff_mult=4, dropout=0.1),
         image=dict(tower="region", pool="max", cnn_widths=(32, 64, 128, 256)),
-        text=dict(tower="bigru", word_dim=300, global_pool="rnn", bert_dir=""))
+        text=dict(tower="bigru", word_dim=128, global_pool="rnn", bert_dir=""))
     c.loss = maxmatch_loss_config()
     c.optim = dict(name="adamw", lr=1e-3, weight_decay=1e-4, schedule="cosine", warmup_steps=0, clip_norm=1.0,
                    # Set Div: image side (non-CNN) and the text SPM at 0.1 × base rate.
                    lr_mults=((r"image_tower/.*", 0.1), (r"text_tower/set_head/.*", 0.1)))
-    c.train = train_config(num_epochs=8, eval_every=0, log_every=20, checkpoint_every=500)
+    # Two epochs: the CPU budget of the main job (≤ 10 min on 2 cores); `configs/maxmatch_shapes.py:full` = 30.
+    c.train = train_config(num_epochs=2, eval_every_epoch=True, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
     c.distributed = distributed_config()
     c.eval_max_blocks = 1 << 18
     c.eval_split = "test"
-    c.evals = {"retrieval": {"type": "retrieval", "kinds": ("maxmatch_topk", "maxmatch")},
-               "set_analysis": {"type": "set_analysis", "kind": "maxmatch"},
-               "shapesworld_suites": {"type": "compositional"}}
+    c.final_eval = True  # train.py evaluates the test split after training (evaluate.py does it on demand)
+    c.evals = retrieval_evals("maxmatch")
     if variant == "smoke":
         c.data.preset = "tiny"
         c.data.batch_size = 16
+        c.data.max_len = 20
         c.model.embed_dim = 32
         c.model.text.word_dim = 32
         c.model.spm.update(depth=1, num_heads=2, head_dim=16)
-        c.train.update(num_epochs=0, num_steps=6, log_every=2, eval_every=6, checkpoint_every=3,
-                       progress_every_s=0.0)
+        c.train.update(num_epochs=0, num_steps=6, log_every=2, eval_every=6, eval_every_epoch=False,
+                       checkpoint_every=3, progress_every_s=0.0)
+        c.final_eval = False
         c.loss.warmup_epochs = 0
     elif variant:
         raise ValueError(f"unknown config variant {variant!r}; known: '' (default), 'smoke'")

