@@ -43,6 +43,10 @@ def summary_markdown(results: dict) -> str:
         for suite, r in res.items():
             if isinstance(r, dict) and "table" in r:
                 lines += [f"### {name}: {suite}", "", r["table"], ""]
+        tops = {k: v for k, v in res.items() if k.startswith(("top", "chance")) and isinstance(v, (int, float))}
+        if tops:  # zero-shot classification
+            lines += [f"### {name}", "", "| " + " | ".join(tops) + " |", "|" + "---|" * len(tops),
+                      "| " + " | ".join(f"{v:.2f}" for v in tops.values()) + " |", ""]
         if "circular_variance" in res:
             lines += [f"### {name}: circular variance", "", "```", json.dumps(res["circular_variance"], indent=1),
                       "```", ""]

@@ -79,6 +79,9 @@ def _device_batch(batch: dict, keys) -> dict:
 
 def train_and_evaluate(config, workdir: str) -> dict:
     """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final validation metrics."""
+    from mmjax.train.tasks import EVAL_ONLY_TASKS
+    if config.get("task") in EVAL_ONLY_TASKS:
+        raise ValueError(f"config.task={config.task!r} is evaluation-only: run evaluate.py with this config")
     config_checks.check(config)
     if config.get("distributed") and config.distributed.get("coordinator"):
         jax.config.update("jax_cpu_collectives_implementation", config.distributed.get("cpu_collectives", "gloo"))
