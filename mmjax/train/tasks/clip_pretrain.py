@@ -98,9 +98,11 @@ class CLIPPretrainTask:
         """Unit global embeddings (numpy) of images and captions, in batches."""
         from mmjax.evaluation.embed import batched_apply
         image_fn, text_fn = self._encoders
-        img = batched_apply(lambda x: image_fn(variables, x)["global"], (images,), name=None)
+        # jit=False: the encoders are already jitted; batches are padded to one shape, so they compile once.
+        img = batched_apply(lambda x: image_fn(variables, x)["global"], (images,), name=None, jit=False)
         txt = batched_apply(lambda i, m: text_fn(variables, i, m)["global"],
-                            (caption_ids, caption_mask.astype(np.int32)), batch_size=1024, name=None)
+                            (caption_ids, caption_mask.astype(np.int32)), batch_size=1024, name=None,
+                            jit=False)
         return (img / np.linalg.norm(img, axis=1, keepdims=True), txt / np.linalg.norm(txt, axis=1, keepdims=True))
 
     def split_data(self, split):

@@ -163,14 +163,19 @@ class RetrievalTask:
         if data is not None:
             from mmjax.data.shapesworld.suites import build_suites
 
+            from mmjax.evaluation.embed import batched_apply
+
+            # Fixed-size padded batches: one compilation, whatever the number of distinct items per call.
             def encode_images(records):
                 idx = np.array([r.meta["image_index"] for r in records])
                 mask = None if src.image_mask is None else src.image_mask[idx]
-                return _keep_sets(embed_img(src.images[idx], mask))
+                return _keep_sets(batched_apply(embed_img, (src.images[idx], mask), batch_size=256, name=None,
+                                                jit=False))
 
             def encode_texts(captions):
                 enc = self.tokenizer.encode(list(captions))
-                return _keep_sets(embed_txt(enc.ids, enc.attention_mask))
+                return _keep_sets(batched_apply(embed_txt, (enc.ids, enc.attention_mask), batch_size=256,
+                                                name=None, jit=False))
 
             kind, kw = self.similarity_kinds()[-1]
             context["records"] = build_suites(data)
@@ -183,10 +188,10 @@ class RetrievalTask:
         context = self.eval_context({"params": params, **extra}, self.config.data.val_split)
         img = embed.keep_set_arrays(embed.batched_apply(context["embed_images"],
                                                         (context["images"], context["image_mask"]),
-                                                        name="val images"))
+                                                        name="val images", jit=False))
         txt = embed.keep_set_arrays(embed.batched_apply(context["embed_captions"],
                                                         (context["captions"], context["caption_mask"]),
-                                                        name="val captions"))
+                                                        name="val captions", jit=False))
         out = {}
         for i, (kind, kw) in enumerate(self.similarity_kinds()):
             sim = embed.score_sets(img["set"], txt["set"], kind, img.get("mask"), txt.get("mask"), **kw)
