@@ -6,7 +6,6 @@ The tiny CLIP (tests/models/conftest.py) has image_size 16, patch 4 (16 patches)
 context, so the preprocessing must follow the checkpoint's vision_config and text_length is 16 (< max_tokens 32).
 """
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -18,14 +17,7 @@ from PIL import Image
 from mmjax.data.clip_preprocess import preprocess_batch
 from mmjax.models.feature_cache import FeatureCache
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(relative: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.module_loader import load as _load
 
 
 script = _load("scripts/cache_clip_features.py", "cache_clip_features")

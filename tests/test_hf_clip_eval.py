@@ -5,7 +5,6 @@ top-1. Scores are checked against a direct computation from the model's outputs,
 Flow-CLIP head written as a `flowclip_head` export.
 """
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -23,14 +22,7 @@ from mmjax.train.defaults import flowclip_head_config
 from mmjax.train.export import export_params
 from mmjax.train.tasks import build_task
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(relative: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.module_loader import load as _load
 
 
 hf_fixtures = _load("tests/models/conftest.py", "hf_fixtures")
