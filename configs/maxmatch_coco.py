@@ -26,6 +26,8 @@ def get_config(arg: str = "bert"):
     c.model.update(embed_dim=1024)
     c.model.spm.update(depth=4, num_heads=4, head_dim=512)
     c.model.text.tower = variant
+    c.model.text.global_pool = "cls" if variant == "bert" else "rnn"   # Set Div `--txt_pooling cls` for BERT
+    c.model.text.word_dim = 300                                       # Bi-GRU word embeddings (GloVe width)
     c.model.image.pool = "max"
     c.train.update(num_epochs=80, eval_every_epoch=True, checkpoint_every=2000)
     return c
