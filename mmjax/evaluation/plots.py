@@ -144,12 +144,22 @@ def read_metrics_jsonl(path) -> list[dict]:
     return rows
 
 
+def default_curve_keys(keys) -> list[str]:
+    """The curves worth a panel: losses, gradient norm, learning rate and the headline validation metrics (R@1s and
+    RSUM of every score); wall-clock time, throughput and rank statistics stay in the JSONL."""
+    def wanted(k):
+        if k.startswith("loss/") or k in ("grad_norm", "lr", "logit_scale"):
+            return True
+        return k.startswith("val/") and k.endswith(("rsum", "i2t_r1", "t2i_r1"))
+    return sorted(k for k in keys if wanted(k))
+
+
 def plot_training_curves(jsonl_path, path, *, keys=None) -> str:
-    """One subplot per numeric metric key (or `keys`) against "step"."""
+    """One subplot per metric of `keys` (default: `default_curve_keys` of what the file holds) against "step"."""
     rows = read_metrics_jsonl(jsonl_path)
     if keys is None:
-        keys = sorted({k for r in rows for k, v in r.items()
-                       if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)})
+        keys = default_curve_keys({k for r in rows for k, v in r.items()
+                                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)})
     keys = list(keys) or ["(no metrics)"]
     cols = min(3, len(keys))
     nrows = -(-len(keys) // cols)
