@@ -56,7 +56,7 @@ def make_train_step(task, tx, *, warmup: bool, compute_dtype: str = "float32"):
         (loss, (metrics, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
         new_extra = jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), dict(extra), dict(state.extra))
         return state.replace(step=state.step + 1, params=params, extra=new_extra, opt_state=opt_state), metrics
 
