@@ -44,6 +44,7 @@ def test_pickled_objects_refused(official):
     d, _, _ = official.precomp(n_images=2, per_image=1)
     obj = np.empty(2, dtype=object)
     obj[0], obj[1] = {"a": 1}, [1, 2]
+    # Writing (never loading) a hostile fixture: an object-dtype .npy the reader must refuse to unpickle.
     np.save(d / "testall_ims.npy", obj, allow_pickle=True)
     with pytest.raises(DataFormatError, match=r"testall_ims\.npy: holds pickled Python objects"):
         readers.precomp(d)
