@@ -11,6 +11,7 @@
     model.text.word_dim    word-embedding width (Bi-GRU / bag of words)
     model.text.global_pool 'rnn' | 'max' (Bi-GRU); 'cls' | 'max' (BERT)
     model.text.bert_dir    Hugging Face BERT directory ('bert' tower; weights loaded by the trainer)
+    model.text.glove_path  GloVe-format text file initialising the word embeddings (read by the trainer; '' = random)
     model.dropout          dropout in the towers
 
 The text SPM gets a 1-D sine positional encoding on its keys (Set Div text setting); image SPMs get none.

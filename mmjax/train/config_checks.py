@@ -11,6 +11,9 @@ def check(config):
     if model is not None and model.get("text") is not None and model.text.get("tower") == "bert":
         if not os.path.isdir(model.text.bert_dir):
             raise FileNotFoundError(f"config.model.text.bert_dir: directory not found: {model.text.bert_dir!r}")
+    if model is not None and model.get("text") is not None and model.text.get("glove_path"):
+        if not os.path.isfile(model.text.glove_path):
+            raise FileNotFoundError(f"config.model.text.glove_path: file not found: {model.text.glove_path!r}")
     for key in ("cache_dir", "clip_dir", "clip_workdir"):
         path = data.get(key)
         if path and not os.path.exists(path):

@@ -61,7 +61,7 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
         embed_dim=256, set_head="spm", num_embeds=4, dropout=0.1,
         spm=dict(depth=2, share_weights=True, num_heads=4, head_dim=64, ff_mult=4, dropout=0.1),
         image=dict(tower="region", pool="max", cnn_widths=(32, 64, 128, 256)),
-        text=dict(tower="bigru", word_dim=128, global_pool="rnn", bert_dir=""))
+        text=dict(tower="bigru", word_dim=128, global_pool="rnn", bert_dir="", glove_path=""))
     c.loss = maxmatch_loss_config()
     c.optim = dict(name="adamw", lr=1e-3, weight_decay=1e-4, schedule="cosine", warmup_steps=0, clip_norm=1.0,
                    # Set Div: image side (non-CNN) and the text SPM at 0.1 × base rate.

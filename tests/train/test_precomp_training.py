@@ -64,3 +64,22 @@ def test_precomp_training(tmp_path, precomp_dir, minilm_dir, variant):
         a = np.asarray(trained["embeddings"]["word_embeddings"]["embedding"]).ravel()
         b = np.asarray(pretrained["embeddings"]["word_embeddings"]["embedding"]).ravel()
         assert a.shape == b.shape and np.corrcoef(a, b)[0, 1] > 0.95
+
+
+@pytest.mark.slow
+def test_glove_initialises_word_embeddings(tmp_path):
+    """`model.text.glove_path`: vocabulary words start from their GloVe vectors (a few steps later: still close)."""
+    from mmjax.data import shapesworld
+    from mmjax.train.export import load_exported
+    words = shapesworld.vocabulary_words()
+    rng = np.random.default_rng(0)
+    vectors = {w: rng.normal(size=32).astype(np.float32) for w in words}
+    glove = tmp_path / "glove.txt"
+    glove.write_text("".join(w + " " + " ".join(f"{x:.6f}" for x in v) + "\n" for w, v in vectors.items()))
+    workdir = str(tmp_path / "run")
+    run_python(train_cmd("configs/maxmatch_shapes.py:smoke", workdir, f"--config.model.text.glove_path={glove}",
+                         "--config.train.num_steps=2", "--config.train.eval_every=0"))
+    tok = shapesworld.ShapesWorld(shapesworld.ShapesWorldConfig.from_preset("tiny", max_len=20)).tokenizer()
+    table = np.asarray(load_exported(workdir)[0]["params"]["text_tower"]["word_embed"]["embedding"])
+    for w in ("red", "circle", "above"):
+        np.testing.assert_allclose(table[tok.vocab.index(w)], vectors[w], atol=0.05)

@@ -76,6 +76,13 @@ class RetrievalTask:
             raise ValueError(f"config.data.name must be 'shapesworld' or 'precomp', got {data_cfg.name!r}")
         self.tokenizer = tok
         self.model = build_retrieval_model(config.model, tok.vocab_size, bert_module)
+        self.glove = None
+        glove_path = config.model.text.get("glove_path")
+        if glove_path:  # word embeddings initialised from a GloVe-format text file (Bi-GRU / bag-of-words towers)
+            from mmjax.models.glove import read_glove
+            vocab = tok.vocab if hasattr(tok, "vocab") else tok.hf.get_vocab()
+            self.glove, found = read_glove(glove_path, vocab, dim=config.model.text.word_dim)
+            print(f"[train] GloVe: {int(found.sum())}/{len(found)} vocabulary words found in {glove_path}", flush=True)
         self.examples_per_step = config.data.batch_size
         self.pipeline = PipelineConfig(batch_size=data_cfg.batch_size, seed=config.seed, augment=data_cfg.augment,
                                        region_drop_prob=data_cfg.region_drop_prob,
@@ -119,6 +126,9 @@ class RetrievalTask:
         if self.bert_params is not None:
             variables = jax.tree_util.tree_map(lambda x: x, variables)
             variables["params"]["text_tower"]["bert"] = jax.tree_util.tree_map(jnp.asarray, self.bert_params)
+        if self.glove is not None:
+            from mmjax.models.text_towers import replace_word_embeddings
+            variables = dict(variables, params=replace_word_embeddings(variables["params"], self.glove))
         return variables
 
     def loss(self, params, extra, batch, rng, *, warmup: bool):
