@@ -1,3 +1,5 @@
+import pickle
+
 import numpy as np
 import pytest
 
@@ -42,10 +44,11 @@ def test_wrong_shape_or_dtype(official, array, message):
 
 def test_pickled_objects_refused(official):
     d, _, _ = official.precomp(n_images=2, per_image=1)
-    obj = np.empty(2, dtype=object)
-    obj[0], obj[1] = {"a": 1}, [1, 2]
-    # Writing (never loading) a hostile fixture: an object-dtype .npy the reader must refuse to unpickle.
-    np.save(d / "testall_ims.npy", obj, allow_pickle=True)
+    # A hostile fixture written byte by byte as numpy would write an object array (.npy header with dtype '|O',
+    # then a pickle payload); the reader must refuse it from the header, before anything is unpickled.
+    with open(d / "testall_ims.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|O", "fortran_order": False, "shape": (2,)})
+        pickle.dump([{"a": 1}, [1, 2]], f, protocol=3)
     with pytest.raises(DataFormatError, match=r"testall_ims\.npy: holds pickled Python objects"):
         readers.precomp(d)
 
