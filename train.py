@@ -24,7 +24,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
-    from mmjax.train.main import run
+    from mmjax.experiment import run
     run(flags.FLAGS.config, flags.FLAGS.workdir)
 
 

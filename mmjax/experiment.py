@@ -3,11 +3,17 @@ with the results table and the paths of the plots."""
 
 import os
 
-from mmjax.train.loop import train_and_evaluate
+from mmjax.tasks import build_task
+from mmjax.train.loop import train
 
 
-def run(config, workdir: str) -> dict:
-    result = train_and_evaluate(config, workdir)
+def run(config, workdir: str, *, hooks=()) -> dict:
+    task = build_task(config, workdir)
+
+    def validate(variables):
+        return task.evaluate(variables["params"], {k: v for k, v in variables.items() if k != "params"})
+
+    result = train(config, workdir, task, validate=validate, hooks=hooks)
     val = result["final_val"]
     if val:
         print("\nValidation results (last step):")

@@ -185,7 +185,7 @@ def test_config_variants():
 
 
 def test_train_head_two_steps_on_the_cache(caches, tmp_path):
-    from mmjax.train.loop import train_and_evaluate
+    from mmjax.experiment import run as train_and_evaluate
 
     config = _load("configs/flowclip_coco.py", "flowclip_coco_config").get_config("flowclip_cimr,smoke")
     config.data.cache_dir = str(caches["out"])

@@ -20,7 +20,7 @@ from mmjax.flowclip import score_pairs
 from mmjax.models.hf import load_hf_clip
 from mmjax.train.defaults import flowclip_head_config
 from mmjax.train.export import export_params
-from mmjax.train.tasks import build_task
+from mmjax.tasks import build_task
 
 from tests.module_loader import load as _load
 

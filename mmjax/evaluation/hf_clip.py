@@ -7,7 +7,7 @@ compositional benchmarks read from their official files and on zero-shot classif
         --config.benchmarks.sugarcrepe.image_root=/data/coco/val2017
 
 There is no training run: `evaluate_workdir` does not look for an export in the workdir (the task is listed in
-`mmjax.train.tasks.EVAL_ONLY_TASKS`), the workdir only receives `results.json` / `results.md`, and `make_iterator` /
+`mmjax.tasks.EVAL_ONLY_TASKS`), the workdir only receives `results.json` / `results.md`, and `make_iterator` /
 `loss` raise. Scores:
 
 * plain CLIP (`data.head_workdir` empty): cosine of the projected image and text embeddings ("global"), pair by pair;

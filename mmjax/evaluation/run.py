@@ -10,7 +10,7 @@ import os
 
 from mmjax.evaluation.registry import run_evaluator
 from mmjax.train.export import load_exported
-from mmjax.train.tasks import EVAL_ONLY_TASKS, build_task
+from mmjax.tasks import EVAL_ONLY_TASKS, build_task
 
 RETRIEVAL_KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 

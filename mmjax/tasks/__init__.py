@@ -10,7 +10,7 @@ A task provides
     examples_per_step                      for throughput reports
 """
 
-from mmjax.train.tasks.retrieval import RetrievalTask
+from mmjax.tasks.retrieval import RetrievalTask
 
 TASKS = {"retrieval": RetrievalTask}
 # Evaluated from a pretrained checkpoint: no training run, so `evaluate_workdir` reads no export for them.
@@ -20,13 +20,13 @@ EVAL_ONLY_TASKS = ("hf_clip",)
 def build_task(config, workdir: str = "."):
     name = config.task
     if name == "flowclip_head":
-        from mmjax.train.tasks.flowclip_head import FlowCLIPHeadTask
+        from mmjax.tasks.flowclip_head import FlowCLIPHeadTask
         return FlowCLIPHeadTask(config, workdir)
     if name == "clip_pretrain":
-        from mmjax.train.tasks.clip_pretrain import CLIPPretrainTask
+        from mmjax.tasks.clip_pretrain import CLIPPretrainTask
         return CLIPPretrainTask(config)
     if name == "hf_clip":
-        from mmjax.train.tasks.hf_clip import HFCLIPEvalTask
+        from mmjax.tasks.hf_clip import HFCLIPEvalTask
         return HFCLIPEvalTask(config, workdir)
     if name not in TASKS:
         known = sorted(TASKS) + ["flowclip_head", "clip_pretrain", "hf_clip"]

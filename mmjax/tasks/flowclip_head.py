@@ -78,7 +78,7 @@ class FrozenShapesWorldCLIP:
         from mmjax.data import shapesworld
         from mmjax.models.clip import CLIPConfig, CLIPModel
         from mmjax.train.export import load_exported
-        from mmjax.train.tasks.clip_pretrain import normalise_pixels
+        from mmjax.tasks.clip_pretrain import normalise_pixels
 
         params, info = load_exported(clip_workdir)
         if info.get("task") != "clip_pretrain":

@@ -7,8 +7,7 @@ Top level: task, seed, data, model, loss, optim, train, sharding, distributed, e
   `mmjax.train.sharding`).
 - train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never; eval_every_epoch=True:
   once per epoch), checkpoint_every,
-  keep_checkpoints, async_checkpoints, compute_dtype ('float32' | 'bfloat16'), progress_every_s,
-  fault_injection_kill_at_step (tests only: SIGKILL the process right after that step; 0 = off).
+  keep_checkpoints, async_checkpoints, compute_dtype ('float32' | 'bfloat16'), progress_every_s.
 - distributed.coordinator ('host:port' or None), num_processes, process_id, cpu_collectives ('gloo').
 """
 
@@ -25,8 +24,7 @@ def sharding_config():
 def train_config(**kw):
     base = dict(num_epochs=10, num_steps=0, log_every=10, eval_every=0, eval_every_epoch=False,
                 checkpoint_every=200, keep_checkpoints=2,
-                async_checkpoints=True, compute_dtype="float32", progress_every_s=10.0,
-                fault_injection_kill_at_step=0)
+                async_checkpoints=True, compute_dtype="float32", progress_every_s=10.0)
     base.update(kw)
     return ml_collections.ConfigDict(base)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import time
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,7 @@ from mmjax.train.logging import MetricWriter, Progress
 from mmjax.train.optim import make_optimizer
 from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
 from mmjax.train.state import TrainState, abstract_with_shardings, count_params, create_train_state
-from mmjax.train.tasks import build_task
+from mmjax.tasks import build_task
 
 
 class NonFiniteLossError(RuntimeError):
@@ -73,15 +73,27 @@ def _global_caption_image(batch: dict) -> dict:
     return b
 
 
+def _fire(hooks, event: str, step: int):
+    if jax.process_index() == 0:
+        for hook in hooks:
+            hook(event, step)
+
+
 def _device_batch(batch: dict, keys) -> dict:
     return {k: batch[k] for k in keys if k in batch}
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-    """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final validation metrics."""
-    from mmjax.train.tasks import EVAL_ONLY_TASKS
-    if config.get("task") in EVAL_ONLY_TASKS:
-        raise ValueError(f"config.task={config.task!r} is evaluation-only: run evaluate.py with this config")
+def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None = None,
+          hooks: Sequence[Callable[[str, int], None]] = ()) -> dict:
+    """Trains `task` (see `mmjax.tasks`) as `config` says in `workdir`, resuming if it holds checkpoints.
+
+    validate(variables) -> metrics: the per-epoch validation (the experiment passes the configured retrieval
+      evaluator on the val split; "rsum" drives best-checkpointing). None = no validation.
+    hooks: callables `hook(event, step)` run on the lead process after "step" (each finished step), "checkpoint"
+      (a regular save was issued), "best" (a best save was issued) and "export" (params exported; step = last).
+      Tests use them to inject faults; nothing in the loop depends on them.
+    Returns {"final_val": metrics, "best_rsum": float, "state": TrainState}.
+    """
     config_checks.check(config)
     if config.get("distributed") and config.distributed.get("coordinator"):
         jax.config.update("jax_cpu_collectives_implementation", config.distributed.get("cpu_collectives", "gloo"))
@@ -105,7 +117,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
 
-    task = build_task(config, workdir)
     data = task.make_iterator((0, 0))
     steps_per_epoch = data.steps_per_epoch
     total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
@@ -178,8 +189,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
             t_last = now
             writer.write(done, mean)
             progress.update(done, loss)
-        if eval_every and (done % eval_every == 0 or done == total_steps):
-            val_metrics = task.evaluate(state.params, state.extra)
+        if validate is not None and eval_every and (done % eval_every == 0 or done == total_steps):
+            val_metrics = validate({"params": state.params, **state.extra})
             writer.write(done, {f"val/{k}": v for k, v in val_metrics.items()})
             if is_lead:
                 print(f"[val] step {done}: " + "  ".join(f"{k} {v:.2f}" for k, v in val_metrics.items()
@@ -187,11 +198,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
             if val_metrics.get("rsum", -math.inf) > best_rsum:
                 best_rsum = val_metrics["rsum"]
                 ckpt.save_best(done, state, meta(), best_rsum)
+                _fire(hooks, "best", done)
         if done % config.train.checkpoint_every == 0 or done == total_steps:
             ckpt.save(done, state, meta(), force=done == total_steps)
-        if config.train.get("fault_injection_kill_at_step") == done:
-            # Test hook (exact-resume tests): die like a preempted job, possibly with an async save in flight.
-            os.kill(os.getpid(), signal.SIGKILL)
+            _fire(hooks, "checkpoint", done)
+        _fire(hooks, "step", done)
     ckpt.close()
     data.close()
     writer.close()
@@ -199,8 +210,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     info = {"task": config.task, "step": int(state.step)}
     info.update(task.export_info() if hasattr(task, "export_info") else {})
     export_params(workdir, {"params": state.params, **state.extra}, info)
-    if not val_metrics and eval_every:
-        val_metrics = task.evaluate(state.params, state.extra)
+    _fire(hooks, "export", total_steps)
+    if validate is not None and not val_metrics and eval_every:
+        val_metrics = validate({"params": state.params, **state.extra})
     if is_lead:
         with open(os.path.join(workdir, "train_summary.json"), "w") as f:
             json.dump({"final_val": val_metrics, "best_rsum": best_rsum, "steps": total_steps}, f, indent=2)

@@ -11,7 +11,7 @@ import numpy as np
 
 jax.config.update("jax_default_matmul_precision", "float32")
 
-from mmjax.train.loop import train_and_evaluate  # noqa: E402
+from mmjax.experiment import run as train_and_evaluate  # noqa: E402
 from mmjax.train.export import load_exported  # noqa: E402
 
 sys.path.insert(0, ".")

@@ -21,7 +21,7 @@ def test_unknown_variant_is_rejected(tmp_path):
 
 def test_missing_paths_named(tmp_path):
     from configs import maxmatch_coco
-    from mmjax.train.loop import train_and_evaluate
+    from mmjax.experiment import run as train_and_evaluate
     c = maxmatch_coco.get_config("bigru")
     c.data.path = str(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="config.data.path"):
@@ -37,7 +37,7 @@ WORKER = r"""
 import json, sys
 sys.path.insert(0, ".")
 from configs import maxmatch_shapes
-from mmjax.train.loop import train_and_evaluate
+from mmjax.experiment import run as train_and_evaluate
 errors = {}
 for name, overrides in [("batch", dict(batch_size=12)), ("model_axis", None), ("too_many", None)]:
     c = maxmatch_shapes.get_config("smoke")

@@ -17,7 +17,7 @@ OVERRIDES = ("--config.data.preset=tiny", "--config.data.batch_size=32", "--conf
 def random_weights_rsum():
     from configs import maxmatch_shapes
     from mmjax.data.pipeline import BatchIterator
-    from mmjax.train.tasks.retrieval import RetrievalTask
+    from mmjax.tasks.retrieval import RetrievalTask
     config = maxmatch_shapes.get_config("")
     config.data.preset, config.data.batch_size = "tiny", 32
     task = RetrievalTask(config)
