@@ -1,10 +1,10 @@
-"""Evaluate a finished run.
+"""Evaluate a finished run (or a pretrained model).
 
     python evaluate.py --config configs/maxmatch_shapes.py --workdir workdir/maxmatch_shapes [--split test]
 
-Runs the evaluators of `config.evals` (retrieval R@K/RSUM with both MaxMatch scores, compositional suites under the
-Real/Shuffle/Fixed image-replacement controls, set analysis with figures) on the run's exported parameters and writes
-`results.json`, `results.md` and `plots/*.png` into the workdir. All logic lives in `mmjax.evaluation.run`.
+Runs the evaluators of `config.evals` (retrieval R@K/RSUM scored as the config's loss scores, compositional suites
+under the Real/Shuffle/Fixed image-replacement controls, set analysis with figures) on the run's exported parameters
+and writes `results.json`, `results.md` and `plots/*.png` into the workdir. All logic lives in `mmjax.experiment`.
 """
 
 import os
@@ -24,14 +24,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from absl import logging
-    logging.set_verbosity(logging.WARNING)
-    from mmjax.evaluation.run import evaluate_workdir
-    workdir = flags.FLAGS.workdir
-    results = evaluate_workdir(flags.FLAGS.config, workdir, split=flags.FLAGS.split)
-    print(open(os.path.join(workdir, "results.md")).read())
-    print("results:", os.path.join(workdir, "results.json"))
-    for name, path in results.get("figures", {}).items():
-        print(f"plot ({name}): {path}")
+    logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the output
+    from mmjax.experiment import evaluate
+    evaluate(flags.FLAGS.config, flags.FLAGS.workdir, split=flags.FLAGS.split)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python train.py                                                   # MaxMatch on ShapesWorld (configs/maxmatch_shapes.py)
     python train.py --config configs/NAME.py[:variant] --workdir DIR [--config.train.num_steps=100 ...]
 
-All logic lives in `mmjax.train`; this file only parses flags. The workdir receives Orbax checkpoints, metrics.jsonl,
+All logic lives in `mmjax.experiment`; this file only parses flags. The workdir receives Orbax checkpoints, metrics.jsonl,
 TensorBoard events and, after the final evaluation, the results table.
 """
 

@@ -1,7 +1,7 @@
 """Evaluate a pretrained Hugging Face CLIP — alone (cosine) or with a trained Flow-CLIP / Global-M head — on
 compositional benchmarks read from their official files and on zero-shot classification of an image folder. No
-training: `evaluate.py` writes results.json / results.md into the (new) workdir (task `hf_clip`,
-`mmjax/train/tasks/hf_clip.py`).
+training (`config.pretrained = 'hf_clip'`, no task): `evaluate.py` writes results.json / results.md into the (new)
+workdir (`mmjax/evaluation/hf_clip.py`).
 
 The config argument names the benchmarks to run (comma-separated, from `BENCHMARKS` below); each gets a
 `config.benchmarks.<name>` entry {reader, path, image_root, kwargs} whose path and image_root you set by flag:
@@ -61,13 +61,12 @@ def get_config(arg: str = ""):
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown} in the config argument; known: {sorted(BENCHMARKS)}")
     c = ml_collections.ConfigDict()
-    c.task = "hf_clip"
+    c.pretrained = "hf_clip"  # what is evaluated: no `task`, nothing to train (train.py refuses this config)
     c.seed = 0
     c.data = dict(clip_dir="", head_workdir="", batch_size=64, num_workers=4)
     c.benchmarks = {name: {"reader": BENCHMARKS[name][0], "path": BENCHMARKS[name][1], "image_root": "",
                            "kwargs": {**BENCHMARKS[name][2], "missing_images": "error"}}
                     for name in names}
-    c.eval_split = "test"  # unused by hf_clip (every benchmark file is a test set); read by evaluate_workdir
     # keep_scores: per-record scores in results.json (recomputing metrics, checking a scorer).
     c.evals = {"compositional": {"type": "compositional", "keep_scores": False},
                "zeroshot": {"type": "zeroshot", "folder": ""}}

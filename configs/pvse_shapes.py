@@ -6,7 +6,7 @@ config with `--config.loss.similarity=maxmatch --config.loss.lambda_gd=0.1 --con
     python train.py --config configs/pvse_shapes.py:smoke --workdir /tmp/pvse_smoke
 """
 
-from mmjax.train.defaults import retrieval_config, retrieval_evals
+from mmjax.train.defaults import retrieval_config
 
 
 def get_config(arg: str = ""):
@@ -14,5 +14,4 @@ def get_config(arg: str = ""):
     c.model.set_head = "pie"
     c.loss.update(similarity="mil", margin=0.1, lambda_con=0.0, lambda_gd=0.0, lambda_isd=0.0, lambda_div=0.1,
                   div_type="gram", lambda_mmd=0.01)
-    c.evals = retrieval_evals("mil")
     return c

@@ -5,12 +5,11 @@ no GD/ISD/contrastive terms (`kdwonn/DivE` recipe, `maxmatch.md` §1, §3.4, §3
     python train.py --config configs/setdiv_shapes.py:smoke --workdir /tmp/setdiv_smoke
 """
 
-from mmjax.train.defaults import retrieval_config, retrieval_evals
+from mmjax.train.defaults import retrieval_config
 
 
 def get_config(arg: str = ""):
     c = retrieval_config(arg)
     c.loss.update(similarity="smooth_chamfer", alpha=16.0, lambda_con=0.0, lambda_gd=0.0, lambda_isd=0.0,
                   lambda_div=0.01, div_type="uniformity", lambda_mmd=0.01)
-    c.evals = retrieval_evals("smooth_chamfer", alpha=16.0)
     return c

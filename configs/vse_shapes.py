@@ -16,5 +16,5 @@ def get_config(arg: str = ""):
     c.loss.update(similarity="average", lambda_con=0.0, lambda_gd=0.0, lambda_isd=0.0, lambda_div=0.0,
                   lambda_mmd=0.0)
     c.optim.lr_mults = ()
-    c.evals = retrieval_evals("average", set_analysis=False)
+    c.evals = retrieval_evals(set_analysis=False)
     return c

@@ -1,32 +1,110 @@
-"""What `train.py` runs: training, then (if `config.final_eval`) the config's evaluators on its test split, ending
-with the results table and the paths of the plots."""
+"""The composition root: config → task → training → export → evaluation, the one path `train.py` and
+`evaluate.py` (and notebooks) go through.
+
+    run(config, workdir)          train (resuming if the workdir holds checkpoints), validating with the config's
+                                  retrieval evaluator on the val split; export; then, if `config.final_eval`,
+                                  `evaluate` on `config.eval_split`
+    evaluate(config, workdir)     the config's evaluators on a finished run's export (or on a pretrained model,
+                                  `config.pretrained`), writing results.json / results.md / plots/*.png
+
+Validation and evaluation are the same code with the same scoring: `mmjax.evaluation.run.run_evals` with the
+similarity derived from `config.loss` / `config.matching` (`scoring`). This is the only module that imports both
+`mmjax.train` and `mmjax.evaluation`.
+"""
+
+from __future__ import annotations
 
 import os
 
+import jax
+
+from mmjax.evaluation.run import flat_retrieval_metrics, run_evals, write_results
+from mmjax.losses import similarity_options
 from mmjax.tasks import build_task
+from mmjax.train import config_checks
+from mmjax.train.export import load_exported
 from mmjax.train.loop import train
 
 
-def run(config, workdir: str, *, hooks=()) -> dict:
-    task = build_task(config, workdir)
+def scoring(config) -> dict:
+    """{"similarity": kind, "similarity_kw": options} the run's evaluators score with (empty for models that
+    score as a whole, e.g. CLIP cosine or Flow-CLIP heads)."""
+    loss = config.get("loss")
+    if loss is None or "similarity" not in loss:
+        return {}
+    return {"similarity": loss.similarity, "similarity_kw": similarity_options(loss, config.get("matching"))}
+
+
+def validation_evals(config) -> dict:
+    """The evaluators run every validation: the config's retrieval evaluator(s), exactly as configured."""
+    evals = dict(config.get("evals") or {"retrieval": {"type": "retrieval"}})
+    chosen = {k: v for k, v in evals.items() if dict(v).get("type", k) == "retrieval"}
+    if not chosen:
+        raise ValueError("config.evals has no 'retrieval' evaluator to validate with (set config.train.eval_every=0 "
+                         "to train without validation)")
+    return chosen
+
+
+def make_validator(config, task):
+    """validate(variables) -> flat metrics ("rsum" of the training similarity drives best-checkpointing)."""
+    evals, score = validation_evals(config), scoring(config)
+    split = config.data.get("val_split", "val")
 
     def validate(variables):
-        return task.evaluate(variables["params"], {k: v for k, v in variables.items() if k != "params"})
+        context = task.eval_context(variables, split, suites=False)
+        results = run_evals(evals, context, **score)
+        name = next(iter(evals))
+        return flat_retrieval_metrics(results[name], primary=score.get("similarity"))
 
-    result = train(config, workdir, task, validate=validate, hooks=hooks)
+    return validate
+
+
+def run(config, workdir: str, *, hooks=()) -> dict:
+    """Trains `config` in `workdir` and, if `config.final_eval`, evaluates it; prints the tables and plot paths."""
+    config_checks.check(config)
+    task = build_task(config, workdir)
+    result = train(config, workdir, task, validate=make_validator(config, task), hooks=hooks)
     val = result["final_val"]
-    if val:
+    if val and jax.process_index() == 0:
         print("\nValidation results (last step):")
         for k, v in val.items():
             if "/" not in k:
                 print(f"  {k:12s} {v:8.2f}")
-    if config.get("final_eval"):
-        import jax
-        from mmjax.evaluation.run import evaluate_workdir
-        if jax.process_index() == 0:
-            results = evaluate_workdir(config, workdir)
-            print(f"\nTest results ({results['split']} split) — {os.path.join(workdir, 'results.json')}\n")
-            print(open(os.path.join(workdir, "results.md")).read())
-            for name, path in results.get("figures", {}).items():
-                print(f"plot ({name}): {path}")
+    if config.get("final_eval") and jax.process_index() == 0:
+        result["results"] = evaluate(config, workdir, task=task)
     return result
+
+
+def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbose: bool = True) -> dict:
+    """Runs `config.evals` on the exported parameters in `workdir` (or on `config.pretrained`) and writes the
+    results into `workdir`; returns them."""
+    config_checks.check(config)
+    if config.get("pretrained"):
+        context, split = _pretrained_context(config, workdir), "benchmarks"
+    else:
+        variables, info = load_exported(workdir)
+        if info.get("task") != config.task:
+            raise ValueError(f"{workdir} holds a {info.get('task')!r} run but the config is for {config.task!r}")
+        split = split or config.get("eval_split", "test")
+        task = task or build_task(config, workdir)
+        context = task.eval_context(variables, split)
+    results = run_evals(config.get("evals") or {"retrieval": {"type": "retrieval"}}, context, **scoring(config),
+                        plot_dir=os.path.join(workdir, "plots"),
+                        metrics_jsonl=os.path.join(workdir, "metrics.jsonl"))
+    results = write_results({"split": split, "task": config.get("task") or config.get("pretrained"), **results},
+                            workdir)
+    if verbose:
+        print(f"\nResults ({split}) — {os.path.join(workdir, 'results.json')}\n")
+        print(open(os.path.join(workdir, "results.md")).read())
+        for name, path in results.get("figures", {}).items():
+            print(f"plot ({name}): {path}")
+    return results
+
+
+def _pretrained_context(config, workdir: str) -> dict:
+    if config.pretrained != "hf_clip":
+        raise ValueError(f"config.pretrained must be 'hf_clip', got {config.pretrained!r}")
+    from mmjax.evaluation.hf_clip import HFCLIPEvaluation
+    head_workdir = config.data.get("head_workdir", "")
+    head = load_exported(head_workdir) if head_workdir else None
+    return HFCLIPEvaluation(config, workdir, head_export=head).context()

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds
-from mmjax.similarity import pairwise_set_similarity
+from mmjax.similarity import pairwise_set_similarity, slab_cosines, slab_similarity, slab_supported
 
 log = logging.getLogger(__name__)
 
@@ -108,22 +108,36 @@ def keep_set_arrays(out: dict) -> dict:
     return {k: v for k, v in out.items() if k in ("set", "mask", "global", "residual") and v is not None}
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "kw_items"))
-def _score_chunk(a, a_mask, b_tiles, b_mask_tiles, kind, kw_items):
-    kw = dict(kw_items)
+@functools.partial(jax.jit, static_argnames=("kind", "kw_items", "slabs"))
+def _score_chunk(a, a_mask, b_tiles, b_mask_tiles, kind, kw_items, slabs):
+    """Scores [image_chunk, n_tiles·caption_tile]; caption tiles are element-major [n_tiles, K_T, tile, D] when
+    `slabs` (see `mmjax.similarity.slab_similarity`), else [n_tiles, tile, K_T, D]. Masks may be None (all valid)."""
+    kw = _thaw(kw_items)
 
     def tile(args):
         b, bm = args
+        if slabs:
+            return slab_similarity(slab_cosines(a, b), kind, a_mask, bm, **kw)
         return pairwise_set_similarity(a, b, kind, a_mask, bm, **kw)
 
     scores = jax.lax.map(tile, (b_tiles, b_mask_tiles))  # [n_tiles, image_chunk, caption_tile]
     return scores.transpose(1, 0, 2).reshape(a.shape[0], -1)
 
 
+class _Frozen(tuple):
+    """A dict option frozen into sorted (key, value) pairs, so it can be a static jit argument and thawed back."""
+
+
 def _freeze(kw: dict) -> tuple:
     def frozen(v):
-        return tuple(sorted(v.items())) if isinstance(v, dict) else v
+        return _Frozen(sorted((k, frozen(x)) for k, x in v.items())) if isinstance(v, dict) else v
     return tuple(sorted((k, frozen(v)) for k, v in kw.items()))
+
+
+def _thaw(items: tuple) -> dict:
+    def thawed(v):
+        return {k: thawed(x) for k, x in v} if isinstance(v, _Frozen) else v
+    return {k: thawed(v) for k, v in items}
 
 
 def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 256, caption_tile: int = 32768,
@@ -131,27 +145,38 @@ def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 
     """Scores float32 [Ba, Bb] between sets a [Ba, K_V, D] and b [Bb, K_T, D] (see module docstring).
 
     Equals `pairwise_set_similarity(a, b, kind, a_mask, b_mask, **kw)`; `kw` are its options (`s_h`, `alpha`,
-    `solver`, `topk_k`, ...). Padded image rows / caption tiles are sliced off.
+    `solver`, `topk_k`, ...). Padded image rows / caption tiles are sliced off. Kinds and options that
+    `mmjax.similarity.slab_supported` covers (MaxMatch top-k; exact S_H with the enumerate solver, K ≤ 5) run in the
+    element-major slab form, whose set reduction is one fused pass after the GEMM; all-true masks are dropped.
     """
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 3 or b.ndim != 3:
         raise ValueError(f"sets must be [B, K, D]; got {a.shape} and {b.shape}")
-    a_mask = np.ones(a.shape[:2], bool) if a_mask is None else np.asarray(a_mask, bool)
-    b_mask = np.ones(b.shape[:2], bool) if b_mask is None else np.asarray(b_mask, bool)
+    for name_, mask, x in (("a_mask", a_mask, a), ("b_mask", b_mask, b)):
+        if mask is not None and np.shape(mask) != x.shape[:2]:
+            raise ValueError(f"{name_} must have shape {x.shape[:2]} to match its set, got {np.shape(mask)}")
+    # An all-valid mask is the same as no mask; dropping it lets the reduction skip the mask logic.
+    a_mask = None if a_mask is None or np.all(a_mask) else np.asarray(a_mask, bool)
+    b_mask = None if b_mask is None or np.all(b_mask) else np.asarray(b_mask, bool)
     ba, bb = a.shape[0], b.shape[0]
     image_chunk = max(1, min(image_chunk, ba))
     caption_tile = max(1, min(caption_tile, bb))
     n_tiles = math.ceil(bb / caption_tile)
-    b_tiles = jnp.asarray(_pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:]))
-    bm_tiles = jnp.asarray(_pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
+    slabs = slab_supported(kind, a.shape[1], b.shape[1], **kw)
+    b_tiles = _pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:])
+    if slabs:  # element-major caption tiles, transposed once on the host rather than once per image chunk
+        b_tiles = np.ascontiguousarray(b_tiles.transpose(0, 2, 1, 3))
+    b_tiles = jnp.asarray(b_tiles)
+    bm_tiles = None if b_mask is None else jnp.asarray(
+        _pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
     kw_items = _freeze(kw)
     out = np.empty((ba, bb), np.float32)
     progress = Progress(name or f"score {kind}", ba)
     for start in range(0, ba, image_chunk):
         stop = min(start + image_chunk, ba)
-        chunk = _score_chunk(jnp.asarray(_pad_rows(a[start:stop], image_chunk)),
-                             jnp.asarray(_pad_rows(a_mask[start:stop], image_chunk)), b_tiles, bm_tiles, kind,
-                             kw_items)
+        chunk_mask = None if a_mask is None else jnp.asarray(_pad_rows(a_mask[start:stop], image_chunk))
+        chunk = _score_chunk(jnp.asarray(_pad_rows(a[start:stop], image_chunk)), chunk_mask, b_tiles, bm_tiles,
+                             kind, kw_items, slabs)
         out[start:stop] = np.asarray(chunk)[:stop - start, :bb]
         progress.update(stop)
     return out

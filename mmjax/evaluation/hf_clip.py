@@ -1,4 +1,4 @@
-"""Evaluation-only task: a pretrained Hugging Face CLIP (optionally with a trained Flow-CLIP / Global-M head) on
+"""Evaluation of a pretrained Hugging Face CLIP (optionally with a trained Flow-CLIP / Global-M head) on
 compositional benchmarks read from their official files and on zero-shot classification.
 
     python evaluate.py --config configs/clip_hf_eval.py:sugarcrepe --workdir out/clip_b32 \
@@ -6,9 +6,8 @@ compositional benchmarks read from their official files and on zero-shot classif
         --config.benchmarks.sugarcrepe.path=/data/sugar-crepe/data \
         --config.benchmarks.sugarcrepe.image_root=/data/coco/val2017
 
-There is no training run: `evaluate_workdir` does not look for an export in the workdir (the task is listed in
-`mmjax.tasks.EVAL_ONLY_TASKS`), the workdir only receives `results.json` / `results.md`, and `make_iterator` /
-`loss` raise. Scores:
+There is no training run (`config.pretrained = 'hf_clip'`, no `config.task`): `mmjax.experiment.evaluate` builds
+this evaluation's context instead of a task's, and the workdir only receives `results.json` / `results.md`. Scores:
 
 * plain CLIP (`data.head_workdir` empty): cosine of the projected image and text embeddings ("global"), pair by pair;
 * with a finished `flowclip_head` run in `data.head_workdir`: `mmjax.flowclip.score_pairs` of the exported head
@@ -19,7 +18,7 @@ There is no training run: `evaluate_workdir` does not look for an export in the 
   Features are rounded to float16 first because the head was trained on float16 caches
   (`scripts/cache_clip_features.py`).
 
-`eval_context` gives the compositional evaluator "records" ({benchmark: records}, one entry per
+`context()` gives the compositional evaluator "records" ({benchmark: records}, one entry per
 `config.benchmarks` item, read with `mmjax.data.readers.<reader>(path, image_root, **kwargs)`) and "score_fn" (an
 `EmbeddingScorer`: each record's image is cropped to its bbox when it has one, preprocessed as CLIP does at the
 checkpoint's `vision_config.image_size` and encoded once), and the zero-shot evaluator "score_matrix_fn"
@@ -64,11 +63,13 @@ def _concat(parts: list[dict]) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-class HFCLIPEvalTask:
+class HFCLIPEvaluation:
     """See the module docstring. `config.data`: clip_dir, head_workdir ('' = plain CLIP cosine), batch_size
-    (images / texts per encoder call), num_workers (image decoding threads); `config.benchmarks`."""
+    (images / texts per encoder call), num_workers (image decoding threads); `config.benchmarks`.
+    `head_export`: (variables, export info) of the `flowclip_head` run in `data.head_workdir`, read by the caller
+    (`mmjax.experiment`), or None."""
 
-    def __init__(self, config, workdir: str = "."):
+    def __init__(self, config, workdir: str = ".", head_export=None):
         self.config = config
         d = config.data
         clip_dir = d.get("clip_dir", "")
@@ -92,7 +93,9 @@ class HFCLIPEvalTask:
         self._encode_pixels, self._encode_strings = clip_encoders(self.model, params, self.tokenizer,
                                                                   batch_size=self.batch_size)
         self.head_workdir = d.get("head_workdir", "")
-        self.head_params, self.flowclip = (self._load_head(self.head_workdir) if self.head_workdir
+        if bool(self.head_workdir) != (head_export is not None):
+            raise ValueError("config.data.head_workdir and the head export must be given together")
+        self.head_params, self.flowclip = (self._load_head(self.head_workdir, *head_export) if head_export
                                            else (None, None))
         self._head_matrix_fn = self._head_pairs_fn = None  # jitted on first use
         self.score_name = ("cosine" if self.flowclip is None
@@ -125,11 +128,8 @@ class HFCLIPEvalTask:
                            "image_root": spec["image_root"], "kwargs": dict(spec.get("kwargs") or {})}
         return specs
 
-    def _load_head(self, head_workdir: str):
-        """(head params {"M", "M_tok", "W"}, flowclip options) of a finished `flowclip_head` run."""
-        from mmjax.train.export import load_exported
-
-        variables, info = load_exported(head_workdir)
+    def _load_head(self, head_workdir: str, variables, info):
+        """(head params {"M", "M_tok", "W"}, flowclip options) of a finished `flowclip_head` run's export."""
         if info.get("task") != "flowclip_head":
             raise ValueError(f"config.data.head_workdir: {head_workdir} holds a {info.get('task')!r} run, "
                              f"not a 'flowclip_head' one")
@@ -147,15 +147,6 @@ class HFCLIPEvalTask:
                              f"but the CLIP of {self.clip_dir} projects to {dim} dimensions: a head works only "
                              f"on the CLIP whose features it was trained on")
         return {k: np.asarray(params[k], np.float32) for k in ("M", "M_tok", "W")}, dict(info["flowclip"])
-
-    # ------------------------------------------------------------------------------------------------ training
-
-    def make_iterator(self, start=(0, 0)):
-        raise RuntimeError("task 'hf_clip' is evaluation-only (a pretrained CLIP): run evaluate.py with this "
-                           "config, or train a head with configs/flowclip_coco.py")
-
-    def loss(self, *args, **kwargs):
-        raise RuntimeError("task 'hf_clip' is evaluation-only: there is no loss to train")
 
     # ------------------------------------------------------------------------------------------------ encoding
 
@@ -264,10 +255,8 @@ class HFCLIPEvalTask:
             out[name] = records
         return out
 
-    def eval_context(self, variables, split: str) -> dict:
-        """`variables` and `split` are unused: the CLIP comes from `data.clip_dir` and each benchmark file is a
-        test set of its own."""
-        del variables, split
+    def context(self) -> dict:
+        """Evaluator context (`mmjax.evaluation.registry`); every benchmark file is a test set of its own."""
         context = {"score_name": self.score_name, "score_matrix_fn": self.zeroshot_score_fn()}
         if self.benchmarks:
             context["records"] = self.read_benchmarks()

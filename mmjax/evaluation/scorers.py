@@ -107,3 +107,19 @@ def set_pairs(kind: str, **kw) -> Callable:
         c = jnp.einsum("nkd,njd->nkj", img["set"], txt["set"], preferred_element_type=jnp.float32)
         return block_similarity(c, kind, img.get("mask"), txt.get("mask"), **kw)
     return score
+
+
+def shapesworld_suites_context(data: dict, encode_images: Callable, encode_texts: Callable, score: Callable, *,
+                               mode: str = "pairs") -> dict:
+    """Compositional-evaluator context for a generated ShapesWorld split: {"records": its suites, "score_fn"}.
+
+    encode_images(image indices int [n]) and encode_texts(list of str) return embedding pytrees with a leading axis;
+    `score` is the pair (or matrix, `mode='matrix'`) score of `EmbeddingScorer`. Records name their image by
+    `meta['image_index']`, so the replacement controls can hand any record's image to the same captions.
+    """
+    from mmjax.data.shapesworld.suites import build_suites
+
+    def by_record(records):
+        return encode_images(np.array([r.meta["image_index"] for r in records]))
+
+    return {"records": build_suites(data), "score_fn": EmbeddingScorer(by_record, encode_texts, score, mode=mode)}

@@ -15,9 +15,9 @@ and `maxmatch_loss_config()` with the project defaults.
 """
 
 from mmjax.losses.mmd import mmd_loss
-from mmjax.losses.objective import maxmatch_loss_config, maxmatch_objective
+from mmjax.losses.objective import maxmatch_loss_config, maxmatch_objective, similarity_options
 from mmjax.losses.ranking import infonce_loss, positive_mask, triplet_loss
 from mmjax.losses.regularisers import div_gram, div_uniformity, gd_loss, isd_loss, phi
 
 __all__ = ["triplet_loss", "infonce_loss", "positive_mask", "div_uniformity", "div_gram", "gd_loss", "isd_loss",
-           "phi", "mmd_loss", "maxmatch_objective", "maxmatch_loss_config"]
+           "phi", "mmd_loss", "maxmatch_objective", "maxmatch_loss_config", "similarity_options"]

@@ -33,6 +33,7 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
         hard_negative="max",          # after warm-up
         warmup_epochs=1,              # VSE0 all-negative epochs before hard negatives (read by the trainer)
         warmup_reduction="mean",      # VSE0 warm-up: 'mean' (Set Div) | 'sum' (VSE∞)
+        reduction="mean",             # triplet after warm-up: 'mean' (Set Div, MaxMatch) | 'sum' (VSE∞)
         lambda_con=0.5, con_temperature=0.05,
         lambda_gd=0.1, delta_gd=0.6,
         lambda_isd=0.1, delta_isd=0.5,
@@ -46,12 +47,22 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
     ))
 
 
-_SIM_KEYS = {"maxmatch": ("s_h", "match_on", "solver"), "maxmatch_topk": ("s_h",), "smooth_chamfer": ("alpha",),
-             "sinkhorn_soft": ("s_h",)}
+def similarity_options(loss_cfg, matching_cfg=None) -> dict:
+    """Keyword options of `pairwise_set_similarity` implied by a run's config — the one place they are derived.
 
-
-def _similarity_kwargs(cfg):
-    return {k: cfg[k] for k in _SIM_KEYS.get(cfg.similarity, ())}
+    Training (`maxmatch_objective`), per-epoch validation and the final evaluators all score with these, so an
+    override such as `--config.loss.s_h=2 --config.loss.solver=auction` changes every score of the run alike.
+    `loss_cfg` gives s_h, match_on, solver and alpha; `matching_cfg` (`config.matching`: pad_penalty, auction.*,
+    sinkhorn.*) the solver options (docs/design.md#assignment-solvers). Options a kind does not use are ignored.
+    """
+    base = maxmatch_loss_config()
+    get = lambda k: loss_cfg.get(k, base[k]) if hasattr(loss_cfg, "get") else base[k]
+    opts = {"s_h": float(get("s_h")), "match_on": get("match_on"), "solver": get("solver"),
+            "alpha": float(get("alpha"))}
+    if matching_cfg:
+        m = matching_cfg.to_dict() if hasattr(matching_cfg, "to_dict") else dict(matching_cfg)
+        opts["solver_options"] = {k: m[k] for k in ("pad_penalty", "auction", "sinkhorn") if k in m}
+    return opts
 
 
 def _target(out, which, name):
@@ -61,8 +72,9 @@ def _target(out, which, name):
 
 
 def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup: bool = False, image_ids=None,
-                       image_valid=None, caption_valid=None):
-    """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring)."""
+                       image_valid=None, caption_valid=None, matching=None):
+    """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring); `matching`: the
+    `config.matching` solver options (see `similarity_options`)."""
     base = maxmatch_loss_config()
     if cfg is not None:
         unknown = set(dict(cfg)) - set(base.keys())
@@ -78,11 +90,11 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup: bool = F
     i_mask, t_mask = image.get("mask"), text.get("mask")
 
     scores = pairwise_set_similarity(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
-                                     **_similarity_kwargs(cfg))
+                                     **similarity_options(cfg, matching))
     valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
     tri, parts = triplet_loss(scores, caption_image, margin=cfg.margin,
                               hard_negative="all" if warmup else cfg.hard_negative,
-                              reduction=cfg.warmup_reduction if warmup else "mean", **valid)
+                              reduction=cfg.warmup_reduction if warmup else cfg.reduction, **valid)
     total = tri
     metrics = {"loss/triplet": tri, "loss/triplet_i2t": parts["i2t"], "loss/triplet_t2i": parts["t2i"]}
     if cfg.lambda_con:

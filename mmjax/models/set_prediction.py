@@ -55,19 +55,31 @@ def sine_positional_encoding_1d(num_tokens: int, dim: int, temperature: float = 
     return jnp.where(jnp.arange(dim) % 2 == 0, jnp.sin(angles), jnp.cos(angles)).astype(jnp.float32)
 
 
-def slot_competition_weights(logits: Array, token_mask: Array | None, eps: float = 1e-7) -> tuple[Array, Array]:
+PAD_MODES = ("exclude", "reference")
+
+
+def slot_competition_weights(logits: Array, token_mask: Array | None, eps: float = 1e-7,
+                             pad_mode: str = "exclude") -> tuple[Array, Array]:
     """Slot-competition attention weights.
 
         A_kj = exp(ℓ_kj) / Σ_k' exp(ℓ_k'j)          softmax over the slot axis (slots compete for each token)
-        A_kj ← A_kj · μ_j                           padded tokens get exactly zero weight (`maxmatch.spm.pad_mode`)
+        A_kj ← A_kj · μ_j                           padded tokens get exactly zero weight (pad_mode 'exclude')
         Ā_kj = A_kj / (Σ_j A_kj + eps)              per-slot renormalisation over tokens
 
     logits: [..., K, N]; token_mask: [..., N] (1 = valid) or None. Computed in float32. Returns (A, Ā).
-    The reference fills padded logits before the slot softmax, which gives padded tokens weight 1/K in every slot;
-    zeroing after the softmax removes that leak.
+    pad_mode 'reference' (`model.spm.pad_mode`) reproduces Set Div: padded logits are filled with one constant before
+    the slot softmax, so a padded token gets weight 1/K in every slot and enters the renormalisation; 'exclude'
+    (default) zeroes it after the softmax (docs/design.md#set-prediction-module).
     """
-    slot_probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-2)
-    if token_mask is not None:
+    if pad_mode not in PAD_MODES:
+        raise ValueError(f"pad_mode must be one of {PAD_MODES}, got {pad_mode!r}")
+    logits = logits.astype(jnp.float32)
+    if token_mask is not None and pad_mode == "reference":
+        # Any constant gives the same result (every slot sees it); −max(ℓ) is what the reference writes.
+        fill = -jnp.max(logits, axis=(-2, -1), keepdims=True)
+        logits = jnp.where(token_mask[..., None, :].astype(bool), logits, fill)
+    slot_probs = jax.nn.softmax(logits, axis=-2)
+    if token_mask is not None and pad_mode == "exclude":
         slot_probs = slot_probs * token_mask[..., None, :].astype(jnp.float32)
     renormalised = slot_probs / (jnp.sum(slot_probs, axis=-1, keepdims=True) + eps)
     return slot_probs, renormalised
@@ -83,6 +95,7 @@ class SlotCompetitionAttention(nn.Module):
     head_dim: int = 512
     dropout_rate: float = 0.1
     eps: float = 1e-7
+    pad_mode: str = "exclude"
 
     @nn.compact
     def __call__(self, queries, keys, values, token_mask, deterministic: bool = True):
@@ -93,7 +106,7 @@ class SlotCompetitionAttention(nn.Module):
         v = split(nn.Dense(inner, use_bias=False, name="to_v")(values))
         logits = jnp.einsum("bkhd,bnhd->bhkn", q, k) / math.sqrt(self.head_dim)
         mask = None if token_mask is None else token_mask[:, None, :]
-        slot_probs, weights = slot_competition_weights(logits, mask, self.eps)
+        slot_probs, weights = slot_competition_weights(logits, mask, self.eps, self.pad_mode)
         out = jnp.einsum("bhkn,bnhd->bkhd", weights.astype(v.dtype), v).reshape(queries.shape[:-1] + (inner,))
         out = nn.Dense(queries.shape[-1], name="to_out")(out)
         out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
@@ -121,12 +134,14 @@ class SetPredictionBlock(nn.Module):
     ff_mult: int = 4
     dropout_rate: float = 0.1
     eps: float = 1e-7
+    pad_mode: str = "exclude"
 
     @nn.compact
     def __call__(self, slots, tokens, key_pos, token_mask, deterministic: bool = True):
         normed_tokens = layer_norm(name="ln_tokens")(tokens)
         keys = normed_tokens if key_pos is None else normed_tokens + key_pos
-        attn = SlotCompetitionAttention(self.num_heads, self.head_dim, self.dropout_rate, self.eps, name="attn")
+        attn = SlotCompetitionAttention(self.num_heads, self.head_dim, self.dropout_rate, self.eps, self.pad_mode,
+                                        name="attn")
         update, slot_probs, weights = attn(
             layer_norm(name="ln_slots")(slots), keys, normed_tokens, token_mask, deterministic)
         slots = slots + update
@@ -147,6 +162,8 @@ class SetPredictionModule(nn.Module):
       dropout_rate: dropout after the FFN activation and after the attention output projection.
       pos_encoding: 'none' (regions, grids) or 'sine' (text; 1-D sine added to keys only).
       eps: renormalisation epsilon of the slot-competition attention.
+      pad_mode: 'exclude' (padded tokens get zero attention) | 'reference' (Set Div; see
+        `slot_competition_weights`).
 
     __call__(tokens [B,N,d_in], token_mask [B,N] | None, global_feat [B,D], deterministic=True) returns
       {'set': [B,K,D] unit rows, 'residual': r [B,K,D], 'global': ĝ [B,D] unit rows,
@@ -163,6 +180,7 @@ class SetPredictionModule(nn.Module):
     dropout_rate: float = 0.1
     pos_encoding: str = "none"
     eps: float = 1e-7
+    pad_mode: str = "exclude"
 
     @nn.compact
     def __call__(self, tokens, token_mask, global_feat, deterministic: bool = True):
@@ -176,7 +194,7 @@ class SetPredictionModule(nn.Module):
         queries = self.param("queries", nn.initializers.normal(1.0), (self.num_embeds, dim))
         slots = jnp.broadcast_to(queries, (batch, self.num_embeds, dim)).astype(tokens.dtype)
         block_kwargs = dict(num_heads=self.num_heads, head_dim=self.head_dim, ff_mult=self.ff_mult,
-                            dropout_rate=self.dropout_rate, eps=self.eps)
+                            dropout_rate=self.dropout_rate, eps=self.eps, pad_mode=self.pad_mode)
         if self.share_weights:
             blocks = [SetPredictionBlock(**block_kwargs, name="block")] * self.depth
         else:

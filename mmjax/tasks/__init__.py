@@ -1,4 +1,4 @@
-"""Training tasks by name (`config.task`): each builds its data, model and loss from the config.
+"""Training tasks by name (`config.task`): each owns its model and its loss, and says how to embed a split.
 
 A task provides
     make_iterator(start=(epoch, step))     a resumable batch iterator (`.position`, `.steps_per_epoch`,
@@ -6,29 +6,32 @@ A task provides
     device_keys                            batch keys the step consumes
     init_variables(rng, batch) -> variables
     loss(params, extra, batch, rng, *, warmup) -> (loss, (metrics, new_extra))   pure, jitted by the trainer
-    evaluate(params, extra) -> dict        host-side validation (must contain "rsum" for best-checkpointing)
+    eval_context(variables, split, *, suites=True) -> dict
+                                           what `mmjax.evaluation` evaluators consume on `split` (embedding
+                                           functions and arrays, or a score matrix; suites = the ShapesWorld
+                                           compositional records and pair scorer)
     examples_per_step                      for throughput reports
+    export_info() -> dict                  (optional) what downstream jobs need to rebuild the model
+
+Data sources, tokenizers, pretrained encoders and the ShapesWorld suites context live in `mmjax.data`,
+`mmjax.models` and `mmjax.evaluation`; a task only wires them. Validation and the final evaluation both run the
+config's evaluators on `eval_context` (`mmjax.experiment`).
 """
 
-from mmjax.tasks.retrieval import RetrievalTask
+import importlib
 
-TASKS = {"retrieval": RetrievalTask}
-# Evaluated from a pretrained checkpoint: no training run, so `evaluate_workdir` reads no export for them.
-EVAL_ONLY_TASKS = ("hf_clip",)
+# name -> "module:class"; modules are imported on use (the Flow-CLIP and CLIP tasks pull in more).
+TASKS = {"retrieval": "mmjax.tasks.retrieval:RetrievalTask",
+         "clip_pretrain": "mmjax.tasks.clip_pretrain:CLIPPretrainTask",
+         "flowclip_head": "mmjax.tasks.flowclip_head:FlowCLIPHeadTask"}
 
 
 def build_task(config, workdir: str = "."):
-    name = config.task
-    if name == "flowclip_head":
-        from mmjax.tasks.flowclip_head import FlowCLIPHeadTask
-        return FlowCLIPHeadTask(config, workdir)
-    if name == "clip_pretrain":
-        from mmjax.tasks.clip_pretrain import CLIPPretrainTask
-        return CLIPPretrainTask(config)
-    if name == "hf_clip":
-        from mmjax.tasks.hf_clip import HFCLIPEvalTask
-        return HFCLIPEvalTask(config, workdir)
+    name = config.get("task")
     if name not in TASKS:
-        known = sorted(TASKS) + ["flowclip_head", "clip_pretrain", "hf_clip"]
-        raise ValueError(f"unknown config.task {name!r}; choose one of {known}")
-    return TASKS[name](config)
+        if config.get("pretrained"):
+            raise ValueError(f"this config evaluates a pretrained model (config.pretrained="
+                             f"{config.pretrained!r}) and has nothing to train: run evaluate.py with it")
+        raise ValueError(f"unknown config.task {name!r}; choose one of {sorted(TASKS)}")
+    module, cls = TASKS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(config, workdir)

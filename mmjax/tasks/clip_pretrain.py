@@ -18,14 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld
-from mmjax.evaluation.retrieval import recall_at_k
 from mmjax.losses import infonce_loss
+from mmjax.batching import batched_apply, unit_normalize
 from mmjax.models.clip import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPVisionConfig
-
-
-def normalise_pixels(images):
-    """uint8 [B,H,W,3] → float32 in [−1, 1] (the ShapesWorld CLIP's own preprocessing)."""
-    return images.astype(jnp.float32) / 127.5 - 1.0
+from mmjax.models.frozen_clip import normalise_pixels
 
 
 def shapesworld_clip_config(model_cfg, tokenizer) -> CLIPConfig:
@@ -41,14 +37,11 @@ def shapesworld_clip_config(model_cfg, tokenizer) -> CLIPConfig:
                       logit_scale_init_value=float(np.log(1 / 0.07)))
 
 
-def _unit(x):
-    return x / jnp.linalg.norm(x, axis=-1, keepdims=True).clip(1e-12)
-
-
 class CLIPPretrainTask:
     device_keys = ("images", "caption_ids", "caption_mask", "caption_image", "example_valid")
 
-    def __init__(self, config):
+    def __init__(self, config, workdir: str = "."):
+        del workdir
         from mmjax.data import shapesworld
         self.config = config
         d = config.data
@@ -77,7 +70,7 @@ class CLIPPretrainTask:
     def _scores(self, params, batch):
         out = self.model.apply({"params": params}, normalise_pixels(batch["images"]), batch["caption_ids"],
                                batch["caption_mask"].astype(jnp.int32))
-        cos = _unit(out["image"]["global"]) @ _unit(out["text"]["global"]).T
+        cos = unit_normalize(out["image"]["global"]) @ unit_normalize(out["text"]["global"]).T
         return cos, jnp.minimum(out["logit_scale"], self.config.model.logit_scale_max)
 
     def loss(self, params, extra, batch, rng, *, warmup: bool):
@@ -96,14 +89,13 @@ class CLIPPretrainTask:
 
     def embed(self, variables, images, caption_ids, caption_mask):
         """Unit global embeddings (numpy) of images and captions, in batches."""
-        from mmjax.evaluation.embed import batched_apply
         image_fn, text_fn = self._encoders
         # jit=False: the encoders are already jitted; batches are padded to one shape, so they compile once.
         img = batched_apply(lambda x: image_fn(variables, x)["global"], (images,), name=None, jit=False)
         txt = batched_apply(lambda i, m: text_fn(variables, i, m)["global"],
                             (caption_ids, caption_mask.astype(np.int32)), batch_size=1024, name=None,
                             jit=False)
-        return (img / np.linalg.norm(img, axis=1, keepdims=True), txt / np.linalg.norm(txt, axis=1, keepdims=True))
+        return unit_normalize(img), unit_normalize(txt)
 
     def split_data(self, split):
         from mmjax.data import shapesworld
@@ -111,27 +103,20 @@ class CLIPPretrainTask:
         data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode="pixels")
         return data, source_from_shapesworld(data, self.tokenizer)
 
-    def eval_context(self, variables, split: str) -> dict:
-        from mmjax.data.shapesworld.suites import build_suites
-        from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs
+    def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
+        from mmjax.evaluation.scorers import cosine_pairs, shapesworld_suites_context
         data, src = (None, self.source_val) if split == self.config.data.val_split else self.split_data(split)
         n, c, t = src.caption_ids.shape
         img, txt = self.embed(variables, src.images, src.caption_ids.reshape(n * c, t),
                               src.caption_mask.reshape(n * c, t))
         context = {"similarity": img @ txt.T, "caption_to_image": np.repeat(np.arange(n), c), "score_name": "cosine"}
-        if data is not None:
-            def encode_images(records):
-                idx = np.array([r.meta["image_index"] for r in records])
+        if suites and data is not None:
+            def encode_images(idx):
                 return self.embed(variables, src.images[idx], src.caption_ids[idx, 0], src.caption_mask[idx, 0])[0]
 
             def encode_texts(captions):
                 enc = self.tokenizer.encode(list(captions))
                 return self.embed(variables, src.images[:1], enc.ids, enc.attention_mask)[1]
 
-            context["records"] = build_suites(data)
-            context["score_fn"] = EmbeddingScorer(encode_images, encode_texts, cosine_pairs)
+            context.update(shapesworld_suites_context(data, encode_images, encode_texts, cosine_pairs))
         return context
-
-    def evaluate(self, params, extra) -> dict:
-        context = self.eval_context({"params": params}, self.config.data.val_split)
-        return recall_at_k(context["similarity"], context["caption_to_image"])

@@ -33,15 +33,25 @@ def distributed_config():
     return ml_collections.ConfigDict(dict(coordinator="", num_processes=1, process_id=0, cpu_collectives="gloo"))
 
 
-def retrieval_evals(similarity: str, *, set_analysis: bool = True, **similarity_kw) -> dict:
-    """`config.evals` for a set-retrieval run: R@K with its similarity (MaxMatch: the top-k inference score and the
-    exact assignment), set analysis (circular variance, single elements, element-similarity heatmap, embeddings),
-    and the ShapesWorld compositional suites under the Real/Shuffle/Fixed controls."""
-    kinds = ("maxmatch_topk", "maxmatch") if similarity == "maxmatch" else (similarity,)
-    evals = {"retrieval": {"type": "retrieval", "kinds": kinds, "similarity_kw": dict(similarity_kw)},
-             "shapesworld_suites": {"type": "compositional"}}
+def matching_config():
+    """`config.matching`: assignment-solver options for S_H (`mmjax.matching.solve_with_aux`; the solver itself is
+    `loss.solver`). docs/design.md#assignment-solvers."""
+    return ml_collections.ConfigDict(dict(
+        pad_penalty="auto",
+        auction=dict(eps_start_frac=0.25, theta=0.25, tol_cert=1e-5, certificate="bellman_ford", eps_final=1e-3,
+                     repair_capacity_frac=0.01),
+        sinkhorn=dict(tau=0.05, iters=20)))
+
+
+def retrieval_evals(*, set_analysis: bool = True) -> dict:
+    """`config.evals` for a set-retrieval run: R@K, set analysis (circular variance, single elements,
+    element-similarity heatmap, embeddings) and the ShapesWorld compositional suites under the Real/Shuffle/Fixed
+    controls. Scores follow the run's config: the similarity kind(s) and options come from `config.loss` and
+    `config.matching` (MaxMatch: the top-k inference score and the exact assignment) unless an eval sets `kinds`,
+    `kind` or `similarity_kw` itself (`mmjax.evaluation.run.resolve_evals`)."""
+    evals = {"retrieval": {"type": "retrieval"}, "shapesworld_suites": {"type": "compositional"}}
     if set_analysis:
-        evals["set_analysis"] = {"type": "set_analysis", "kind": similarity, "similarity_kw": dict(similarity_kw)}
+        evals["set_analysis"] = {"type": "set_analysis"}
     return evals
 
 
@@ -57,10 +67,11 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
                   caption_drop_prob=0.2, prefetch=2, path="", train_split="train", tokenizer_dir="")
     c.model = dict(
         embed_dim=256, set_head="spm", num_embeds=4, dropout=0.1,
-        spm=dict(depth=2, share_weights=True, num_heads=4, head_dim=64, ff_mult=4, dropout=0.1),
-        image=dict(tower="region", pool="max", cnn_widths=(32, 64, 128, 256)),
+        spm=dict(depth=2, share_weights=True, num_heads=4, head_dim=64, ff_mult=4, dropout=0.1, pad_mode="exclude"),
+        image=dict(tower="region", pool="max", cnn_widths=(32, 64, 128, 256), bn_use_mask=True),
         text=dict(tower="bigru", word_dim=128, global_pool="rnn", bert_dir="", glove_path=""))
     c.loss = maxmatch_loss_config()
+    c.matching = matching_config()
     c.optim = dict(name="adamw", lr=1e-3, weight_decay=1e-4, schedule="cosine", warmup_steps=0, clip_norm=1.0,
                    # Set Div: image side (non-CNN) and the text SPM at 0.1 × base rate.
                    lr_mults=((r"image_tower/.*", 0.1), (r"text_tower/set_head/.*", 0.1)))
@@ -71,7 +82,7 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
     c.eval_max_blocks = 1 << 18
     c.eval_split = "test"
     c.final_eval = True  # train.py evaluates the test split after training (evaluate.py does it on demand)
-    c.evals = retrieval_evals("maxmatch")
+    c.evals = retrieval_evals()
     if variant == "smoke":
         c.data.preset = "tiny"
         c.data.batch_size = 16

@@ -1,0 +1,71 @@
+"""Fixed-shape batched application of a function over arrays, and progress reporting — one of each for the library.
+
+`batched_apply(fn, inputs, batch_size)` cuts the leading axis into batches of exactly `batch_size` rows: the last one
+is padded by repeating its last row (`pad_rows`), never with zeros — an all-zero row can be NaN after a masked
+normaliser or an all-padding attention — and the padding is sliced off the outputs again. Every call therefore has
+one shape and a jitted `fn` compiles once, whatever the number of rows.
+
+`progress(total, name)` is a `tqdm` bar (rate and ETA; clean in notebooks and in logs) or a no-op for `name=None`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+
+def pad_rows(x, n: int):
+    """`x` with its leading axis padded to `n` rows by repeating the last row (works on any pytree of arrays)."""
+    def pad(a):
+        a = np.asarray(a)
+        if a.shape[0] > n:
+            raise ValueError(f"cannot pad {a.shape[0]} rows down to {n}")
+        if a.shape[0] == n:
+            return a
+        return np.concatenate([a, np.repeat(a[-1:], n - a.shape[0], axis=0)], axis=0)
+    return jax.tree_util.tree_map(pad, x)
+
+
+def progress(total: int, name: str | None, *, unit: str = "it", initial: int = 0, **kwargs):
+    """A tqdm bar over `total` units written to stdout (`name=None`: disabled, same interface)."""
+    return tqdm(total=total, initial=initial, desc=name, unit=unit, disable=name is None, file=sys.stdout,
+                mininterval=kwargs.pop("mininterval", 10.0), dynamic_ncols=True, **kwargs)
+
+
+def batched_apply(fn: Callable, inputs: Sequence, *, batch_size: int = 256, name: str | None = "embed",
+                  jit: bool = True):
+    """Applies `fn(*batch)` to fixed-size batches of `inputs` (arrays sharing the leading axis; None passes through)
+    and concatenates the outputs (any pytree of arrays with a leading batch axis; None leaves are dropped).
+
+    Batches hold exactly `batch_size` rows (module docstring), so `fn` is traced once; `jit=False` when `fn` is
+    already jitted. `name` labels the progress bar (None: silent).
+    """
+    arrays = [None if x is None else np.asarray(x) for x in inputs]
+    sizes = {x.shape[0] for x in arrays if x is not None}
+    if len(sizes) != 1:
+        raise ValueError(f"inputs must share one leading dimension, got {sorted(sizes)}")
+    n = sizes.pop()
+    if n == 0:
+        raise ValueError("nothing to apply the function to (0 rows)")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    call = jax.jit(fn) if jit else fn
+    outs = []
+    with progress(n, name, unit="row") as bar:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            batch = [None if x is None else pad_rows(x[start:stop], batch_size) for x in arrays]
+            out = call(*batch)
+            outs.append(jax.tree_util.tree_map(lambda y, v=stop - start: np.asarray(y)[:v], out))
+            bar.update(stop - start)
+    return jax.tree_util.tree_map(lambda *ys: np.concatenate(ys, axis=0), *outs)
+
+
+def unit_normalize(x, eps: float = 1e-12):
+    """x / max(‖x‖₂, eps) along the last axis, for numpy or jax arrays (the array's own namespace)."""
+    xp = np if isinstance(x, np.ndarray) else jax.numpy
+    return x / xp.maximum(xp.linalg.norm(x, axis=-1, keepdims=True), eps)
