@@ -172,6 +172,11 @@ class RetrievalDataset:
     def num_captions(self) -> int:
         return len(self.captions)
 
+    @property
+    def feature_dim(self) -> int | None:
+        """Size of the last feature axis (precomputed features), None for image paths."""
+        return None if self.features is None else int(self.features.shape[-1])
+
     def image_to_captions(self) -> list[np.ndarray]:
         """For each image, the indices of its captions (ascending)."""
         order = np.argsort(self.caption_to_image, kind="stable")

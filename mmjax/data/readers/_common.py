@@ -1,4 +1,8 @@
-"""Shared strict I/O for the readers: UTF-8 text and JSON with file/line errors, image existence, skip reporting."""
+"""Shared strict I/O for the readers: UTF-8 text and JSON with file/line errors, image paths kept inside their root,
+duplicate ids and non-finite numbers refused, skip reporting.
+
+Every check raises `DataFormatError` naming the file and the record (line, list index or key) so a bad download
+is found before any score is computed; nothing is dropped silently (see `docs/design.md#strict-readers`)."""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ import csv
 import io
 import json
 import logging
+import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,21 +64,59 @@ def read_lines(path: Path) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook`: a dict, refusing repeated keys (plain `json.loads` keeps the last value silently,
+    e.g. two SugarCrepe entries with the same id would lose one)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):  # rare path: find the first repeated key for the message
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _duplicate_line(text: str, key: str) -> int | None:
+    """Line of the repeated key, when the text pins it down: ``"key":`` written exactly twice means both are keys of
+    the one object holding the duplicate (a value is never followed by ':'). Otherwise None (file and key only), as
+    a key shared by many objects (e.g. "caption") would give a wrong line."""
+    hits = [m.start() for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text)]
+    return text.count("\n", 0, hits[1]) + 1 if len(hits) == 2 else None
+
+
+def _loads(text: str, path: Path, lineno: int | None) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object)
+    except _DuplicateKey as dup:
+        line = lineno if lineno is not None else _duplicate_line(text, dup.key)
+        at = f"{path}:{line}" if line is not None else f"{path}"
+        raise DataFormatError(f"{at}: duplicate key {dup.key!r} in a JSON object (a JSON reader would silently "
+                              "keep only the last value)") from None
+
+
 def load_json(path: Path) -> Any:
+    """A whole JSON file; malformed JSON and duplicate object keys are errors naming the file (and line)."""
     text = read_text(path)
     try:
-        return json.loads(text)
+        return _loads(text, path, None)
     except json.JSONDecodeError as err:
         raise DataFormatError(f"{path}:{err.lineno}: malformed JSON (column {err.colno}: {err.msg})") from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, object) for every non-blank line of a JSON-lines file."""
+    """(line number, object) for every non-blank line of a JSON-lines file (duplicate keys refused as in
+    `load_json`)."""
     for lineno, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
         try:
-            yield lineno, json.loads(line)
+            yield lineno, _loads(line, path, lineno)
         except json.JSONDecodeError as err:
             raise DataFormatError(f"{path}:{lineno}: malformed JSON line (column {err.colno}: {err.msg})") from None
 
@@ -120,6 +163,67 @@ def caption(value: Any, where: str) -> str:
     return text
 
 
+def finite_number(obj: Any, key: str, where: str) -> float:
+    """obj[key] as a finite float: JSON ``NaN`` / ``Infinity`` (accepted by Python's json) and overflowing literals
+    such as ``1e999`` are refused here, naming the record, instead of failing later without a location."""
+    value = float(field(obj, key, where, (int, float)))
+    if not math.isfinite(value):
+        raise DataFormatError(f"{where}: field {key!r} is {value!r}, expected a finite number")
+    return value
+
+
+class UniqueIds:
+    """Remembers where each id was first seen; a repeat is a `DataFormatError` naming both places.
+
+    Records keyed by id (image ids, example ids) would otherwise be counted twice or overwrite each other."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self._first: dict[Any, str] = {}
+
+    def add(self, key: Any, where: str) -> None:
+        if key in self._first:
+            raise DataFormatError(f"{where}: duplicate {self.what} {key!r} (first at {self._first[key]})")
+        self._first[key] = where
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._first
+
+
+def record(where: str, make: Callable[..., Any], **kwargs: Any) -> Any:
+    """``make(**kwargs)`` (a record constructor) with its ValueError re-raised as a `DataFormatError` at ``where``,
+    so a value the record refuses (e.g. a degenerate bbox) still names the file and record."""
+    try:
+        return make(**kwargs)
+    except DataFormatError:
+        raise
+    except ValueError as err:
+        raise DataFormatError(f"{where}: {err}") from None
+
+
+def safe_join(root: Path | None, relative: str, where: str) -> str:
+    """``root / relative`` as a string, refusing paths that leave ``root``.
+
+    An absolute path (``/etc/passwd``), a drive or UNC prefix, a NUL byte, or ``..`` components that climb above
+    ``root`` after normalisation are `DataFormatError`s naming the record and the path. The check is lexical (no
+    symlink resolution), so a root that is itself a symlink farm keeps working; with ``root=None`` (paths left
+    unresolved) the relative path must still stay below its (unknown) root."""
+    if not isinstance(relative, str) or not relative:
+        raise DataFormatError(f"{where}: empty or non-string image path {relative!r}")
+    if "\0" in relative:
+        raise DataFormatError(f"{where}: image path contains a NUL byte: {relative!r}")
+    if os.path.isabs(relative) or relative.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[/\\]", relative):
+        raise DataFormatError(f"{where}: absolute image path {relative!r} refused; paths must be relative to "
+                              f"the image root {root if root is not None else ''}".rstrip())
+    norm = os.path.normpath(relative)
+    if norm == ".." or norm.startswith(".." + os.sep):
+        raise DataFormatError(f"{where}: image path {relative!r} resolves outside the image root "
+                              f"{root if root is not None else ''}".rstrip())
+    if norm == ".":
+        raise DataFormatError(f"{where}: image path {relative!r} names the image root itself, not a file")
+    return str(root / relative) if root is not None else relative
+
+
 class ImageChecker:
     """Resolves image paths against a root and applies the missing-image policy.
 
@@ -144,10 +248,9 @@ class ImageChecker:
         self._seen: dict[str, bool] = {}
 
     def resolve(self, relative: str, where: str) -> str | None:
-        """Absolute path string, or None when the image is missing under policy 'skip'."""
-        if not isinstance(relative, str) or not relative:
-            raise DataFormatError(f"{where}: empty or non-string image path {relative!r}")
-        path = str(self.root / relative) if self.root is not None else relative
+        """Absolute path string, or None when the image is missing under policy 'skip'. Paths leaving the root are
+        refused (`safe_join`) whatever the policy."""
+        path = safe_join(self.root, relative, where)
         if self.policy == "unchecked":
             return path
         ok = self._seen.get(path)

@@ -14,7 +14,8 @@ normalised original caption against the COCO 2014 caption annotations (``caption
 Image path: ``image_root / train2014|val2014 / file_name`` (the subdirectory is read from COCO's
 ``COCO_<split>_<id>.jpg`` file name; other names are taken relative to image_root). Records: candidates
 ``(original, swapped)``, gold 0, ``task='abc6k'``, ``image_id`` = COCO id. Which images are outside Karpathy train
-(for the train-disjoint report) is left to the caller, who has the Karpathy JSON.
+(for the train-disjoint report) is left to the caller, who has the Karpathy JSON. A COCO image id listed twice in
+the annotation files (which would silently replace its file name) is a `DataFormatError` naming both places.
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ def normalize_caption(text: str) -> str:
 def _coco_index(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, set[int]], dict[int, str]]:
     by_caption: dict[str, set[int]] = collections.defaultdict(set)
     file_names: dict[int, str] = {}
+    seen = _common.UniqueIds("COCO image id")  # across all files: train and val ids must not collide either
     for p in paths:
         p = _common.require_file(p, "COCO caption annotations")
         data = _common.load_json(p)
         for k, img in enumerate(_common.field(data, "images", str(p), list)):
             where = f"{p}: images[{k}]"
-            file_names[_common.field(img, "id", where, int)] = _common.field(img, "file_name", where)
+            image_id = _common.field(img, "id", where, int)
+            seen.add(image_id, where)
+            file_names[image_id] = _common.field(img, "file_name", where)
         for k, ann in enumerate(_common.field(data, "annotations", str(p), list)):
             where = f"{p}: annotations[{k}]"
             image_id = _common.field(ann, "image_id", where, int)
@@ -97,8 +101,9 @@ def abc6k(path: str | os.PathLike, image_root: str | os.PathLike | None, *,
             skipped["missing_image"] += 1
             continue
         ambiguous += len(candidates) > 1
-        records.append(CompositionalRecord(
-            image=image, captions=(original, swapped), correct=0, task="abc6k", image_id=str(image_id),
+        records.append(_common.record(
+            f"{path}:{line}", CompositionalRecord, image=image, captions=(original, swapped), correct=0,
+            task="abc6k", image_id=str(image_id),
             meta={"pair_index": k, "line": line, "ambiguous_image": len(candidates) > 1,
                   "candidate_image_ids": tuple(candidates)}))
     return CompositionalDataset(records=records, name="abc6k",

@@ -15,6 +15,8 @@ COCO-Order, Flickr30k-Order.
 
 Tie policies (VG: argmax, tie -> index 0 = wrong; Order: tie -> correct) belong to the metric.
 The image identity of VG records is the JSON ``image_id`` when present, else ``image_path``.
+Every bad field (non-finite or degenerate bbox, non-integer/-string ``image_id``, image path leaving image_root,
+repeated image in an order annotation list) is a `DataFormatError` naming the file and record.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _vg_records(path: Path, data: Any, task: str, checker: _common.ImageChecker,
     for k, item in enumerate(data):
         where = f"{path}: [{k}]"
         rel = _common.field(item, "image_path", where)
-        bbox = tuple(_common.field(item, key, where, (int, float)) for key in ("bbox_x", "bbox_y", "bbox_w", "bbox_h"))
+        bbox = tuple(_common.finite_number(item, key, where) for key in ("bbox_x", "bbox_y", "bbox_w", "bbox_h"))
         if bbox[2] <= 0 or bbox[3] <= 0:
             raise DataFormatError(f"{where}: degenerate bbox (x, y, w, h) = {bbox}")
         captions = (_common.caption(_common.field(item, "false_caption", where), f"{where}.false_caption"),
@@ -64,28 +66,35 @@ def _vg_records(path: Path, data: Any, task: str, checker: _common.ImageChecker,
         if image is None:
             skipped["missing_image"] += 1
             continue
-        image_id = str(item["image_id"]) if item.get("image_id") is not None else rel
-        records.append(CompositionalRecord(image=image, captions=captions, correct=1, task=task, subgroup=subgroup,
-                                           bbox=bbox, image_id=image_id, meta={**meta, "index": k}))
+        image_id = (str(_common.field(item, "image_id", where, (int, str))) if item.get("image_id") is not None
+                    else rel)
+        records.append(_common.record(where, CompositionalRecord, image=image, captions=captions, correct=1,
+                                      task=task, subgroup=subgroup, bbox=bbox, image_id=image_id,
+                                      meta={**meta, "index": k}))
     return records
 
 
 def _order_annotations(path: Path, data: Any) -> list[tuple[str, list, str]]:
-    """(relative image path, captions, location) per image, from BLIP's list or a Karpathy test split."""
+    """(relative image path, captions, location) per image, from BLIP's list or a Karpathy test split.
+
+    Each image is listed once in both formats; a repeat would count its captions twice, so it is an error."""
+    seen = _common.UniqueIds("image")
+    out = []
     if isinstance(data, list):
-        out = []
         for k, ann in enumerate(data):
             where = f"{path}: [{k}]"
-            out.append((_common.field(ann, "image", where), _common.field(ann, "caption", where, list), where))
+            rel = _common.field(ann, "image", where)
+            seen.add(os.path.normpath(rel), where)
+            out.append((rel, _common.field(ann, "caption", where, list), where))
         return out
     images = _common.field(data, "images", str(path), list)
-    out = []
     for k, item in enumerate(images):
         where = f"{path}: images[{k}]"
         if _common.field(item, "split", where) != "test":
             continue
         filename = _common.field(item, "filename", where)
-        rel = str(Path(item["filepath"]) / filename) if "filepath" in item else filename
+        rel = str(Path(_common.field(item, "filepath", where)) / filename) if "filepath" in item else filename
+        seen.add(os.path.normpath(rel), where)
         sents = [_common.field(s, "raw", f"{where}.sentences[{j}]")
                  for j, s in enumerate(_common.field(item, "sentences", where, list))]
         out.append((rel, sents, where))
@@ -105,8 +114,9 @@ def _order_records(path: Path, data: Any, task: str, checker, skipped, perturber
             if len(perturbed) != 4:
                 raise ValueError(f"perturber returned {len(perturbed)} captions, expected 4")
             options = tuple(_common.pre_caption(c, max_words) for c in (cap, *perturbed))
-            records.append(CompositionalRecord(image=image, captions=options, correct=0, task=task, image_id=rel,
-                                               meta={"caption_index": i}))
+            records.append(_common.record(f"{where}.caption[{i}]", CompositionalRecord, image=image,
+                                          captions=options, correct=0, task=task, image_id=rel,
+                                          meta={"caption_index": i}))
     return records
 
 

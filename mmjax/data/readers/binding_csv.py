@@ -98,9 +98,10 @@ def clevr_pug(path: str | os.PathLike, image_root: str | os.PathLike | None, *, 
         if image is None:
             skipped["missing_image"] += 1
             continue
-        records.append(CompositionalRecord(
-            image=image, captions=(f"{a1} {o1} and {a2} {o2}", f"{a2} {o1} and {a1} {o2}"), correct=0, task=dataset,
-            image_id=rel, meta={"attributes": (a1, a2), "objects": (o1, o2), "line": lineno, **extra}))
+        records.append(_common.record(
+            where, CompositionalRecord, image=image, captions=(f"{a1} {o1} and {a2} {o2}", f"{a2} {o1} and {a1} {o2}"),
+            correct=0, task=dataset, image_id=rel,
+            meta={"attributes": (a1, a2), "objects": (o1, o2), "line": lineno, **extra}))
     if total == 0:
         raise DataFormatError(f"{path}: no data rows")
     return CompositionalDataset(records=records, name=dataset, sources=(str(path),),

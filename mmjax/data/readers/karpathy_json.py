@@ -10,6 +10,10 @@ Conventions [default, `eval.retrieval.captions_per_image` = 5]: the first ``capt
 text, stripped) of every image are kept, in file order; the extra COCO captions (some images have 6-7) are counted
 in ``skipped['captions_beyond_limit']``. An image with fewer captions is an error. ``split='train'`` includes
 ``restval`` (Karpathy train = 113 287 COCO images) unless ``include_restval=False``.
+
+Ids: ``cocoid`` (COCO, an integer) or the file stem (Flickr30k) is the image id. Repeated ``cocoid`` or ``imgid``
+values anywhere in the file (a duplicate across splits would leak a test image into training), and repeated image
+ids or image paths within the split, are `DataFormatError`s naming both records.
 """
 
 from __future__ import annotations
@@ -46,13 +50,21 @@ def karpathy(json_path: str | os.PathLike, image_root: str | os.PathLike | None,
     skipped: collections.Counter = collections.Counter()
     paths, ids, captions, owner = [], [], [], []
     n_in_split = 0
+    file_ids = {key: _common.UniqueIds(key) for key in ("cocoid", "imgid")}
+    split_ids, split_paths = _common.UniqueIds("image id"), _common.UniqueIds("image path")
     for k, item in enumerate(images):
         where = f"{path}: images[{k}]"
+        for key, seen in file_ids.items():  # over the whole file, whatever the split
+            if isinstance(item, dict) and key in item:
+                seen.add(_common.field(item, key, where, int), where)
         if _common.field(item, "split", where) not in wanted:
             continue
         n_in_split += 1
         filename = _common.field(item, "filename", where)
-        rel = str(Path(item["filepath"]) / filename) if "filepath" in item else filename
+        rel = (str(Path(_common.field(item, "filepath", where)) / filename) if "filepath" in item else filename)
+        image_id = str(item["cocoid"]) if "cocoid" in item else Path(filename).stem
+        split_ids.add(image_id, where)
+        split_paths.add(os.path.normpath(rel), where)
         sentences = _common.field(item, "sentences", where, list)
         if captions_per_image is not None and len(sentences) < captions_per_image:
             raise DataFormatError(f"{where} ({filename}): {len(sentences)} sentences, fewer than "
@@ -69,7 +81,7 @@ def karpathy(json_path: str | os.PathLike, image_root: str | os.PathLike | None,
                                             f"{where}.sentences[{s}]"))
             owner.append(image_index)
         paths.append(image_path)
-        ids.append(str(item["cocoid"]) if "cocoid" in item else Path(filename).stem)
+        ids.append(image_id)
     if not paths:
         raise DataFormatError(f"{path}: no images in split(s) {sorted(wanted)} "
                               f"({n_in_split} listed, {skipped['missing_image']} missing)")

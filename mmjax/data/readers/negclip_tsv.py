@@ -9,6 +9,10 @@ One `CompositionalRecord` per row: ``captions = (title, *neg_captions)``, ``corr
 ``image = image_root / filepath``, ``image_id = filepath``, ``meta = {'row', 'neg_image', 'num_negatives'}``.
 `flowclip.neg_pick = 'first'` takes ``captions[1]``. Rows whose ``neg_caption`` list is empty are kept (one
 caption; their negative is invalid) and counted in ``dataset.meta['rows_without_negative']``.
+
+``meta['row']`` is the pandas index (what ``neg_image`` refers to), so with an index column every value must be a
+non-negative integer and unique; ``neg_image`` entries must be non-negative integers. Anything else is a
+`DataFormatError` naming the line (before, a non-integer index silently fell back to the row position).
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ from mmjax.data.readers import _common
 from mmjax.data.records import CompositionalDataset, CompositionalRecord, DataFormatError
 
 _REQUIRED = ("title", "filepath", "neg_caption")
+
+
+def _row_index(text: str, where: str) -> int:
+    value = text.strip()
+    if not (value.isascii() and value.isdigit()):
+        raise DataFormatError(f"{where}: index column (first, unnamed) is {text!r}, expected a non-negative integer")
+    return int(value)
 
 
 def _literal_list(text: str, where: str, item_type: type) -> list:
@@ -51,6 +62,7 @@ def negclip_tsv(tsv_path: str | os.PathLike, image_root: str | os.PathLike | Non
     checker = _common.ImageChecker(image_root, missing_images, str(path))
     skipped: collections.Counter = collections.Counter()
     records, total, without_negative = [], 0, 0
+    row_ids = _common.UniqueIds("row index")
     for row_pos, (lineno, row) in enumerate(rows):
         total += 1
         where = f"{path}:{lineno}"
@@ -59,18 +71,21 @@ def negclip_tsv(tsv_path: str | os.PathLike, image_root: str | os.PathLike | Non
         title = _common.caption(row[col["title"]], f"{where} (title)")
         negatives = [_common.caption(c, f"{where} (neg_caption[{k}])")
                      for k, c in enumerate(_literal_list(row[col["neg_caption"]], f"{where} (neg_caption)", str))]
+        row_id = _row_index(row[0], where) if has_index else row_pos
+        row_ids.add(row_id, where)
         neg_image = (tuple(_literal_list(row[col["neg_image"]], f"{where} (neg_image)", int))
                      if "neg_image" in col else ())
+        if any(v < 0 for v in neg_image):
+            raise DataFormatError(f"{where} (neg_image): negative row index in {list(neg_image)}")
         rel = row[col["filepath"]].strip()
         image = checker.resolve(rel, where)
         if image is None:
             skipped["missing_image"] += 1
             continue
         without_negative += not negatives
-        records.append(CompositionalRecord(
-            image=image, captions=(title, *negatives), correct=0, task="negclip", image_id=rel,
-            meta={"row": int(row[0]) if has_index and row[0].strip().isdigit() else row_pos,
-                  "neg_image": neg_image, "num_negatives": len(negatives)}))
+        records.append(_common.record(
+            where, CompositionalRecord, image=image, captions=(title, *negatives), correct=0, task="negclip",
+            image_id=rel, meta={"row": row_id, "neg_image": neg_image, "num_negatives": len(negatives)}))
     name = f"negclip:{path.name}"
     return CompositionalDataset(records=records, name=name, sources=(str(path),),
                                 skipped=_common.report_skipped(name, skipped, total),

@@ -4,7 +4,8 @@ Seven files ``{add_att, add_obj, replace_att, replace_obj, replace_rel, swap_att
 ``id -> {filename, caption, negative_caption}``; images are COCO val2017 (image_root = the ``val2017`` directory,
 as the official ``--coco_image_root``). One record per entry: candidates ``(caption, negative_caption)``, gold 0,
 ``task='sugarcrepe'``, ``subgroup`` = the subset name, ``meta['id']`` = the entry key. The official metric is
-strict (pos > neg); that is the metric's business.
+strict (pos > neg); that is the metric's business. A key repeated inside one file (plain ``json.load`` keeps only the
+last entry, so one test case would vanish) is a `DataFormatError` naming the file and key.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def sugarcrepe(path: str | os.PathLike, image_root: str | os.PathLike | None, *,
             if image is None:
                 skipped["missing_image"] += 1
                 continue
-            records.append(CompositionalRecord(image=image, captions=captions, correct=0, task="sugarcrepe",
-                                               subgroup=subset, image_id=rel, meta={"id": key}))
+            records.append(_common.record(where, CompositionalRecord, image=image, captions=captions, correct=0,
+                                          task="sugarcrepe", subgroup=subset, image_id=rel, meta={"id": key}))
     return CompositionalDataset(records=records, name="sugarcrepe", sources=tuple(str(f) for _, f in files),
                                 skipped=_common.report_skipped("sugarcrepe", skipped, total))

@@ -28,14 +28,12 @@ def winoground(path: str | os.PathLike, image_root: str | os.PathLike | None, *,
     path = _common.require_file(path, "Winoground examples.jsonl")
     checker = _common.ImageChecker(image_root, missing_images, str(path))
     skipped: collections.Counter = collections.Counter()
-    records, total, seen_ids = [], 0, set()
+    records, total, seen_ids = [], 0, _common.UniqueIds("example id")
     for lineno, ex in _common.iter_jsonl(path):
         total += 2
         where = f"{path}:{lineno}"
         example_id = _common.field(ex, "id", where, (int, str))
-        if example_id in seen_ids:
-            raise DataFormatError(f"{where}: duplicate example id {example_id!r}")
-        seen_ids.add(example_id)
+        seen_ids.add(example_id, where)
         captions = tuple(_common.caption(_common.field(ex, f"caption_{k}", where), f"{where} caption_{k}")
                          for k in (0, 1))
         stems = [_common.field(ex, f"image_{k}", where) for k in (0, 1)]
@@ -47,8 +45,9 @@ def winoground(path: str | os.PathLike, image_root: str | os.PathLike | None, *,
                 "num_main_preds": ex.get("num_main_preds")}
         subgroup = ex.get("collapsed_tag")
         for k in (0, 1):
-            records.append(CompositionalRecord(image=images[k], captions=captions, correct=k, task="winoground",
-                                               subgroup=subgroup, image_id=stems[k], meta={**meta, "position": k}))
+            records.append(_common.record(where, CompositionalRecord, image=images[k], captions=captions,
+                                          correct=k, task="winoground", subgroup=subgroup, image_id=stems[k],
+                                          meta={**meta, "position": k}))
     if total == 0:
         raise DataFormatError(f"{path}: no examples")
     return CompositionalDataset(records=records, name="winoground", sources=(str(path),),

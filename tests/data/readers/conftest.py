@@ -149,6 +149,27 @@ class OfficialFiles:
             touch(root / "vg_images" / f"{i}.jpg")
         return files, root
 
+    # --- What's Up Controlled-A / B: [{"image_path": "data/controlled_*/{obj1}_{prep}_{obj2}.jpeg",
+    #     "caption_options": [correct, 3 wrong]}], paths relative to the official checkout (data/ = the root) ---
+    def whatsup_controlled(self, subset="A"):
+        root = self.root / "whatsup"
+        name, folder, preps = (("controlled_images_dataset", "controlled_images", ("left of", "right of", "on",
+                                                                                   "under"))
+                               if subset == "A" else
+                               ("controlled_clevr_dataset", "controlled_clevr", ("left of", "right of",
+                                                                                 "in front of", "behind")))
+        items = []
+        for obj1, obj2 in (("beer-bottle", "armchair"), ("mug", "table")):
+            for k, prep in enumerate(preps):
+                stem = f"{obj1}_{prep.replace(' of', '_of').replace('in front', 'in-front')}_{obj2}"
+                touch(root / folder / f"{stem}.jpeg")
+                wrong = [p for p in preps if p != prep]
+                items.append({"image_path": f"data/{folder}/{stem}.jpeg",
+                              "caption_options": [f"A {obj1} {p} a {obj2}" for p in (prep, *wrong)]})
+        p = root / f"{name}.json"
+        p.write_text(json.dumps(items, indent=1), encoding="utf-8")
+        return p, root
+
     # --- ABC-6K.txt + COCO 2014 captions ---
     def abc6k(self, lines=None):
         lines = lines if lines is not None else [

@@ -40,3 +40,24 @@ def test_missing_annotation_or_image(official):
     with pytest.raises(FileNotFoundError, match=r"ABC-6K\.txt:1: image not found"):
         readers.abc6k(path, root, coco_captions=anns)
     assert readers.abc6k(path, root, coco_captions=anns, missing_images="skip").skipped["missing_image"] == 1
+
+
+def test_coco_image_id_listed_twice_is_an_error(official):
+    import json
+    path, root, anns = official.abc6k()
+    val = json.loads(anns[1].read_text())
+    val["images"].append({"id": 9, "file_name": "COCO_val2014_000000000009.jpg"})  # train's id 9 again
+    anns[1].write_text(json.dumps(val))
+    with pytest.raises(DataFormatError, match=r"captions_val2014\.json: images\[1\]: duplicate COCO image id 9 "
+                                              r"\(first at .*captions_train2014\.json: images\[0\]\)"):
+        readers.abc6k(path, root, coco_captions=anns)
+
+
+def test_coco_file_name_cannot_leave_root(official):
+    import json
+    path, root, anns = official.abc6k()
+    train = json.loads(anns[0].read_text())
+    train["images"][0]["file_name"] = "../../etc/passwd"
+    anns[0].write_text(json.dumps(train))
+    with pytest.raises(DataFormatError, match=r"ABC-6K\.txt:1: image path '\.\./\.\./etc/passwd' resolves outside"):
+        readers.abc6k(path, root, coco_captions=anns, missing_images="skip")

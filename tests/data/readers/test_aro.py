@@ -155,3 +155,47 @@ def test_unknown_task_name(official, tmp_path):
     p.write_text("[]")
     with pytest.raises(ValueError, match="cannot tell the ARO task"):
         readers.aro(p, tmp_path)
+
+
+@pytest.mark.parametrize("key, literal, shown", [("bbox_x", "NaN", "nan"), ("bbox_h", "Infinity", "inf"),
+                                                  ("bbox_w", "1e999", "inf"), ("bbox_y", "-Infinity", "-inf")])
+def test_vg_non_finite_bbox_names_file_and_record(official, key, literal, shown):
+    path, root = official.vg_relation()
+    items = json.loads(path.read_text())
+    items[1][key] = 12345.5  # marker replaced by the non-standard literal Python's json accepts
+    path.write_text(json.dumps(items).replace("12345.5", literal))
+    with pytest.raises(DataFormatError, match=rf"visual_genome_relation\.json: \[1\]: field '{key}' is {shown}, "
+                                              "expected a finite number"):
+        readers.aro(path, root)
+
+
+def test_vg_image_id_type_and_path_escape(official):
+    path, root = official.vg_relation()
+    items = json.loads(path.read_text())
+    items[0]["image_id"] = [1]
+    path.write_text(json.dumps(items))
+    with pytest.raises(DataFormatError, match=r"\[0\]: field 'image_id' has type list"):
+        readers.aro(path, root)
+    items[0]["image_id"], items[1]["image_path"] = 1, "/etc/passwd"
+    path.write_text(json.dumps(items))
+    with pytest.raises(DataFormatError, match=r"visual_genome_relation\.json: \[1\]: absolute image path "
+                                              r"'/etc/passwd'"):
+        readers.aro(path, root, missing_images="unchecked")
+
+
+def test_order_bad_records_name_file_and_record(official):
+    path, root = official.coco_karpathy_test()
+    anns = json.loads(path.read_text())
+    path.write_text(json.dumps(anns + [anns[0]]))  # the same image listed again: its captions would count twice
+    with pytest.raises(DataFormatError, match=r"coco_karpathy_test\.json: \[2\]: duplicate image "
+                                              r"'val2014/COCO_val2014_000000391895\.jpg' \(first at .*\[0\]\)"):
+        readers.aro(path, root, perturber=toy_perturber())
+    anns[1]["caption"].append("... !!")  # not empty as written, but empty after ARO's pre_caption
+    path.write_text(json.dumps(anns))
+    with pytest.raises(DataFormatError, match=r"coco_karpathy_test\.json: \[1\]\.caption\[1\]: CompositionalRecord"):
+        readers.aro(path, root, perturber=lambda c: (c, c, c, c))
+    anns[1]["caption"].pop()
+    anns[1]["image"] = "../../../x.jpg"
+    path.write_text(json.dumps(anns))
+    with pytest.raises(DataFormatError, match=r"\[1\]: image path '\.\./\.\./\.\./x\.jpg' resolves outside"):
+        readers.aro(path, root, perturber=toy_perturber())

@@ -73,3 +73,32 @@ def test_winoground_bad_inputs(official):
         readers.winoground(path, root)
     ds = readers.winoground(path, root, missing_images="skip")
     assert len(ds) == 2 and ds.skipped == {"missing_image": 2}
+
+
+def test_winoground_duplicate_key_and_escaping_image(official):
+    path, root = official.winoground(n=2)
+    lines = path.read_text().splitlines()
+    # a repeated "caption_0" key: json.loads would silently keep the second caption
+    lines[1] = lines[1].replace('"caption_1":', '"caption_0": "x", "caption_1":')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"examples\.jsonl:2: duplicate key 'caption_0'"):
+        readers.winoground(path, root)
+    lines = official.winoground(n=2)[0].read_text().splitlines()
+    lines[0] = lines[0].replace('"image_1": "ex_0_img_1"', '"image_1": "../../ex_0_img_1"')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"examples\.jsonl:1 image_1: image path '\.\./\.\./ex_0_img_1\.png' "
+                                              "resolves outside"):
+        readers.winoground(path, root, missing_images="skip")
+    lines[0] = lines[0].replace('"id": 0', '"id": 1').replace("../../", "")
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match=r"examples\.jsonl:2: duplicate example id 1 \(first at .*:1\)"):
+        readers.winoground(path, root)
+
+
+def test_binding_csv_paths_cannot_leave_root(official):
+    path, root = official.clevr(rows=["CLEVR_0.png,cube,red,sphere,blue", "/etc/passwd,cube,red,sphere,blue"])
+    with pytest.raises(DataFormatError, match=r"output_2obj\.csv:2: absolute image path '/etc/passwd'"):
+        readers.clevr_pug(path, root, missing_images="skip")
+    path, root = official.pug(extra_row="img_9.png,..,Elephant,Bear,Red,Blue,0")
+    with pytest.raises(DataFormatError, match=r"PUG_SPARE\.csv:4: image path '\.\./img_9\.png' resolves outside"):
+        readers.clevr_pug(path, root, missing_images="skip")

@@ -57,3 +57,54 @@ def test_empty_caption_names_field(official):
     path.write_text(json.dumps(data))
     with pytest.raises(DataFormatError, match=r"images\[1\]\.sentences\[2\]: empty caption"):
         readers.karpathy(path, root)
+
+
+def _rewrite(path, edit):
+    import json
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def test_duplicate_cocoid_anywhere_in_the_file(official):
+    path, root = official.karpathy_coco()
+    # image 4 (restval) reuses test image 0's cocoid: reading the test split must still refuse the file
+    _rewrite(path, lambda d: d["images"][4].update(cocoid=100))
+    with pytest.raises(DataFormatError, match=r"dataset_coco\.json: images\[4\]: duplicate cocoid 100 "
+                                              r"\(first at .*images\[0\]\)"):
+        readers.karpathy(path, root, split="test")
+
+
+def test_duplicate_imgid_and_bad_id_type(official):
+    path, root = official.karpathy_flickr()
+    _rewrite(path, lambda d: d["images"][2].update(imgid=0))
+    with pytest.raises(DataFormatError, match=r"dataset_flickr30k\.json: images\[2\]: duplicate imgid 0"):
+        readers.karpathy(path, root)
+    path, root = official.karpathy_coco()
+    _rewrite(path, lambda d: d["images"][1].update(cocoid="101"))
+    with pytest.raises(DataFormatError, match=r"images\[1\]: field 'cocoid' has type str, expected int"):
+        readers.karpathy(path, root)
+
+
+def test_same_image_listed_twice_in_a_split(official):
+    path, root = official.karpathy_flickr()  # no cocoid: the file stem is the id
+
+    def dup(d):
+        d["images"][2].update(filename="1000.jpg", imgid=7)
+    _rewrite(path, dup)
+    with pytest.raises(DataFormatError, match=r"images\[2\]: duplicate image id '1000' \(first at .*images\[0\]\)"):
+        readers.karpathy(path, root)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("filename", "/etc/passwd", "absolute image path '/etc/passwd'"),
+    ("filepath", "/etc", r"absolute image path '/etc/COCO_val2014_000000000101\.jpg'"),
+    ("filepath", "../../..", r"image path '\.\./\.\./\.\./COCO_val2014_000000000101\.jpg' resolves outside"),
+    ("filename", "../../secret.jpg", r"image path 'val2014/\.\./\.\./secret\.jpg' resolves outside"),
+])
+def test_image_path_must_stay_under_root(official, field, value, message):
+    path, root = official.karpathy_coco()
+    _rewrite(path, lambda d: d["images"][1].update({field: value}))
+    for policy in ("error", "skip", "unchecked"):
+        with pytest.raises(DataFormatError, match=r"dataset_coco\.json: images\[1\]: " + message):
+            readers.karpathy(path, root, missing_images=policy)

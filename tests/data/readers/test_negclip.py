@@ -46,3 +46,28 @@ def test_missing_image(official):
     with pytest.raises(FileNotFoundError, match=r"valid_neg_clip\.tsv:4: image not found"):
         readers.negclip_tsv(path, root)
     assert readers.negclip_tsv(path, root, missing_images="skip").skipped == {"missing_image": 1}
+
+
+def test_index_column_must_be_unique_non_negative_integers(official):
+    path, root = official.negclip()
+    lines = path.read_text().splitlines()
+    bad = lines[:3] + ["x" + lines[3][1:]]  # file line 4: index 2 -> "x" (was silently replaced by row position)
+    path.write_text("\n".join(bad) + "\n")
+    with pytest.raises(DataFormatError, match=r"valid_neg_clip\.tsv:4: index column .* is 'x', expected a "
+                                              "non-negative integer"):
+        readers.negclip_tsv(path, root)
+    dup = lines[:3] + ["1" + lines[3][1:]]  # index 1 twice: neg_image references would be ambiguous
+    path.write_text("\n".join(dup) + "\n")
+    with pytest.raises(DataFormatError, match=r"valid_neg_clip\.tsv:4: duplicate row index 1 \(first at "
+                                              r".*valid_neg_clip\.tsv:3\)"):
+        readers.negclip_tsv(path, root)
+
+
+def test_negative_neg_image_and_escaping_filepath(official):
+    path, root = official.negclip(rows=[("A cat.", "a.jpg", "['A tac.']", "[3, -1]")])
+    with pytest.raises(DataFormatError, match=r"valid_neg_clip\.tsv:2 \(neg_image\): negative row index"):
+        readers.negclip_tsv(path, root)
+    path, root = official.negclip(rows=[("A cat.", "a.jpg", "['A tac.']", "[3]")])
+    path.write_text(path.read_text().replace("\ta.jpg\t", "\t/etc/passwd\t"))
+    with pytest.raises(DataFormatError, match=r"valid_neg_clip\.tsv:2: absolute image path '/etc/passwd'"):
+        readers.negclip_tsv(path, root, missing_images="skip")

@@ -96,3 +96,69 @@ def test_not_a_npy_file(official):
     (d / "testall_ims.npy").write_bytes(b"PK\x03\x04 this is a zip, not an array")
     with pytest.raises(DataFormatError, match=r"testall_ims\.npy: not a \.npy file"):
         readers.precomp(d)
+
+
+def _first_bad_image(features):
+    """Plain numpy reference: index of the first image holding a non-finite value, or None."""
+    bad = np.flatnonzero(~np.isfinite(features.reshape(features.shape[0], -1)).all(axis=1))
+    return int(bad[0]) if bad.size else None
+
+
+@pytest.mark.parametrize("bad_value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_non_finite_features_name_file_and_first_bad_image(official, bad_value, dtype):
+    d, feats, _ = official.precomp(n_images=10, per_image=2, dtype=dtype)
+    feats = feats.copy()
+    feats[7, 2, 1] = bad_value
+    feats[9, 0, 0] = np.nan  # a later bad row: the first one is reported
+    np.save(d / "testall_ims.npy", feats)
+    assert _first_bad_image(feats) == 7
+    with pytest.raises(DataFormatError, match=r"testall_ims\.npy: non-finite feature value .* in image 7 "):
+        readers.precomp(d)
+    ds = readers.precomp(d, check_finite_values=False)  # opt-out for callers that clean features themselves
+    assert np.isnan(ds.features[9, 0, 0])
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3 * 4 * 4, 10 ** 9])
+@pytest.mark.parametrize("bad_row", [0, 4, 5, 10])
+def test_finite_scan_chunk_boundaries(tmp_path, chunk_bytes, bad_row):
+    feats = np.ones((11, 3, 4), np.float32)  # one image = 48 bytes; chunk_bytes 48 -> one image per chunk
+    feats[bad_row, -1, -1] = np.inf
+    np.save(tmp_path / "x.npy", feats)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    from mmjax.data.readers.scan_precomp import check_finite
+    with pytest.raises(DataFormatError, match=rf"x\.npy: non-finite feature value inf in image {bad_row} \(row "
+                                             rf"{bad_row} of 11, flat element 11 of 12\)"):
+        check_finite(tmp_path / "x.npy", mm, chunk_bytes=chunk_bytes)
+    assert _first_bad_image(feats) == bad_row
+
+
+def test_duplicate_image_ids_name_file_and_id(official):
+    d, _, _ = official.precomp(n_images=4, per_image=2, ids=[10, 11, 12, 11])
+    with pytest.raises(DataFormatError, match=r"testall_ids\.txt:4 \(image 3\): duplicate image id '11' "
+                                              r"\(first at .*testall_ids\.txt:2 \(image 1\)\)"):
+        readers.precomp(d)
+    # one id per caption: constant within an image's group, but two images share id 10
+    d, _, _ = official.precomp(n_images=3, per_image=2, ids=[10, 10, 11, 11, 10, 10])
+    with pytest.raises(DataFormatError, match=r"testall_ids\.txt:5 \(image 2\): duplicate image id '10'"):
+        readers.precomp(d)
+    d, _, _ = official.precomp(n_images=3, per_image=2, ids=[10, 10, 11, 11, 12, 12])
+    assert readers.precomp(d).image_ids == ("10", "11", "12")
+
+
+def test_check_same_feature_dim_train_vs_dev(official):
+    d, _, _ = official.precomp(split="train", n_images=4, per_image=2, regions=3, dim=4)
+    official.precomp(split="dev", n_images=2, per_image=2, regions=5, dim=4)  # other region count: fine
+    train, dev = readers.precomp(d, split="train"), readers.precomp(d, split="dev")
+    assert train.feature_dim == dev.feature_dim == 4
+    assert readers.check_same_feature_dim([train, dev], ["train", "val"]) == 4
+    official.precomp(split="dev", n_images=2, per_image=2, regions=3, dim=6)
+    dev = readers.precomp(d, split="dev")
+    with pytest.raises(DataFormatError, match=r"split 'dev' \(.*dev_ims\.npy\) has features \(2, 3, 6\) but split "
+                                              r"'train' \(.*train_ims\.npy\) has \(4, 3, 4\)"):
+        readers.check_same_feature_dim([train, dev])
+    np.save(d / "dev_ims.npy", np.zeros((2, 4), np.float32))  # global vs region features: rank differs
+    with pytest.raises(DataFormatError, match=r"split 'val' .* has features \(2, 4\)"):
+        readers.check_same_feature_dim([train, readers.precomp(d, split="dev")], ["train", "val"])
+    with pytest.raises(ValueError, match="2 datasets, 1 names"):
+        readers.check_same_feature_dim([train, dev], ["train"])
