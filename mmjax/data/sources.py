@@ -45,10 +45,9 @@ def text_tokenizer(data_cfg, bert_dir: str = ""):
     raise ValueError(f"config.data.name must be 'shapesworld' or 'precomp', got {data_cfg.name!r}")
 
 
-def precomp_source(path: str, split: str, tokenizer) -> InMemorySource:
-    """A precomputed-feature split as an `InMemorySource` (every region valid; C captions per image)."""
-    from mmjax.data import readers
-    ds = readers.precomp(path, split=split)
+def precomp_source(ds, tokenizer) -> InMemorySource:
+    """A precomputed-feature split (`mmjax.data.readers.precomp`) as an `InMemorySource` (every region valid; C
+    captions per image)."""
     feats = np.asarray(ds.features, np.float32)
     n, c = feats.shape[0], len(ds.captions) // feats.shape[0]
     enc = tokenizer.encode(list(ds.captions))
@@ -70,6 +69,7 @@ class RetrievalSplits:
         self.tokenizer = text_tokenizer(data_cfg, bert_dir)
         self.regions = data_cfg.name == "precomp" or data_cfg.get("mode") == "regions"
         self._splits: dict = {}
+        self._first_precomp = None  # (file split, dataset): later splits must match its feature size
 
     def split(self, name: str):
         """(raw generated ShapesWorld split or None, tokenised `InMemorySource`) of split `name`, made once."""
@@ -80,6 +80,12 @@ class RetrievalSplits:
                 data = shapesworld.generate(name, preset=d.preset, seed=d.seed, mode=d.mode, max_len=d.max_len)
                 self._splits[name] = (data, source_from_shapesworld(data, self.tokenizer))
             else:
+                from mmjax.data import readers
                 file_split = {"train": d.train_split, "val": d.val_split}.get(name, name)
-                self._splits[name] = (None, precomp_source(d.path, file_split, self.tokenizer))
+                ds = readers.precomp(d.path, split=file_split)
+                if self._first_precomp is not None:  # a dev split of another feature size fails here, not later
+                    readers.check_same_feature_dim([self._first_precomp[1], ds], [self._first_precomp[0], file_split])
+                else:
+                    self._first_precomp = (file_split, ds)
+                self._splits[name] = (None, precomp_source(ds, self.tokenizer))
         return self._splits[name]

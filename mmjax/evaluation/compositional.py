@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 TIE_POLICIES = ("argmax_first", "strict", "geq")
 DEFAULT_TIE_POLICY = {"vg_relation": "argmax_first", "vg_attribution": "argmax_first", "coco_order": "argmax_first",
                       "flickr30k_order": "argmax_first", "coco_spatial": "argmax_first",
-                      "gqa_spatial": "argmax_first", "clevr": "geq"}  # every other task: strict
+                      "gqa_spatial": "argmax_first", "controlled_a": "argmax_first", "controlled_b": "argmax_first",
+                      "clevr": "geq"}  # every other task: strict
 # mertyg/vision-language-models-are-bows, notebooks/"Replicate ARO! VG-Relation, VG-Attribution.ipynb" (`symmetric`).
 VGR_EXCLUDE = frozenset((
     'adjusting', 'attached to', 'between', 'bigger than', 'biting', 'boarding', 'brushing', 'chewing', 'cleaning',

@@ -1,1 +1,11 @@
-"""Training: sharding rules, optimisers, state, Orbax checkpoints, tasks and the loop (`train_and_evaluate`)."""
+"""Training — `mmjax.train`: sharding rules, optimisers, state, Orbax checkpoints, export and the loop.
+
+`train(config, workdir, task, *, validate=None, hooks=())` runs one pure jitted step `(state, batch, rng) ->
+(state, metrics)` over a mesh; the task (`mmjax.tasks`) supplies model, loss and data, the caller the validation
+(`mmjax.experiment`). Nothing here imports `mmjax.evaluation` or `mmjax.tasks`.
+"""
+
+from mmjax.train.export import export_params, load_exported
+from mmjax.train.loop import train
+
+__all__ = ["export_params", "load_exported", "train"]

@@ -1,6 +1,7 @@
 """Base configs shared by the files in `configs/` (ml_collections ConfigDicts; every field documented here).
 
-Top level: task, seed, data, model, loss, optim, train, sharding, distributed, eval_max_blocks.
+Top level: task, seed, data, model, loss, matching, optim, train, sharding, distributed, evals, eval_split,
+final_eval.
 - sharding.num_devices: use the first N devices (0 = all);
 - sharding.mesh: ordered (axis, size) pairs, −1 = remaining devices; sharding.rules: (regex, 'replicate'|'fsdp'|
   spec) for parameter/optimiser-state paths; sharding.batch_axes: axes the batch is split over (see
@@ -74,12 +75,13 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
     c.matching = matching_config()
     c.optim = dict(name="adamw", lr=1e-3, weight_decay=1e-4, schedule="cosine", warmup_steps=0, clip_norm=1.0,
                    # Set Div: image side (non-CNN) and the text SPM at 0.1 × base rate.
-                   lr_mults=((r"image_tower/.*", 0.1), (r"text_tower/set_head/.*", 0.1)))
+                   # A pixels-mode CNN backbone trains at the base rate, as Set Div's does (first match wins).
+                   lr_mults=((r"image_tower/backbone/.*", 1.0), (r"image_tower/.*", 0.1),
+                             (r"text_tower/set_head/.*", 0.1)))
     # Two epochs: the CPU budget of the main job (≤ 10 min on 2 cores); `configs/maxmatch_shapes.py:full` = 30.
     c.train = train_config(num_epochs=2, eval_every_epoch=True, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
     c.distributed = distributed_config()
-    c.eval_max_blocks = 1 << 18
     c.eval_split = "test"
     c.final_eval = True  # train.py evaluates the test split after training (evaluate.py does it on demand)
     c.evals = retrieval_evals()

@@ -1,0 +1,142 @@
+"""The package's import graph: one direction, no cycle (docs/design.md#package-layout).
+
+Every `import` in `mmjax/` is read from the source (function-local imports included: a lazy import is still a
+dependency), mapped to its top-level unit (`mmjax.<package or module>`), and the unit graph must be acyclic with the
+layering below — `evaluation` never imports `train`, the trainer never imports tasks or evaluators, and only the
+composition root (`mmjax.experiment`) sees both.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "mmjax"
+
+# unit -> units it must never import (directly or through any chain)
+FORBIDDEN = {
+    "matching": {"similarity", "losses", "flowclip", "models", "data", "evaluation", "train", "tasks", "experiment"},
+    "similarity": {"losses", "flowclip", "models", "data", "evaluation", "train", "tasks", "experiment"},
+    "losses": {"models", "data", "evaluation", "train", "tasks", "experiment"},
+    "flowclip": {"models", "data", "evaluation", "train", "tasks", "experiment"},
+    "models": {"evaluation", "train", "tasks", "experiment"},
+    "data": {"models", "evaluation", "train", "tasks", "experiment"},
+    "evaluation": {"train", "tasks", "experiment"},
+    "train": {"evaluation", "tasks", "experiment"},
+    "tasks": {"experiment"},
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("mmjax"))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("mmjax"):
+            out.add(node.module)
+            if node.module == "mmjax":  # `from mmjax import matching`
+                out.update(f"mmjax.{a.name}" for a in node.names)
+    return out
+
+
+def _unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _graphs():
+    modules, units = {}, {}
+    for path in ROOT.rglob("*.py"):
+        name = _module_name(path)
+        deps = _imports(path)
+        modules[name] = deps
+        u = _unit(name)
+        if u is not None:
+            units.setdefault(u, set()).update(d for d in map(_unit, deps) if d is not None and d != u)
+    return modules, units
+
+
+def _closure(graph: dict, start: str) -> set[str]:
+    seen, todo = set(), list(graph.get(start, ()))
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(graph.get(n, ()))
+    return seen
+
+
+def _find_cycle(graph: dict):
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_walk_sees_known_edges():
+    """The walker itself works: edges that exist are found (guards against a test that passes on an empty graph)."""
+    modules, units = _graphs()
+    assert "mmjax.matching" in modules["mmjax.similarity"]
+    assert {"tasks", "train", "evaluation"} <= units["experiment"]
+    assert len(modules) > 80
+
+
+def test_units_form_no_cycle():
+    _, units = _graphs()
+    assert _find_cycle(units) is None, f"import cycle between packages: {' -> '.join(_find_cycle(units))}"
+
+
+def test_modules_form_no_cycle():
+    modules, _ = _graphs()
+    graph = {m: {d for d in deps if d in modules and d != m and not m.startswith(d + ".")}
+             for m, deps in modules.items()}
+    assert _find_cycle(graph) is None, f"import cycle between modules: {' -> '.join(_find_cycle(graph))}"
+
+
+@pytest.mark.parametrize("unit", sorted(FORBIDDEN))
+def test_layering(unit):
+    _, units = _graphs()
+    reached = _closure(units, unit)
+    bad = reached & FORBIDDEN[unit]
+    assert not bad, f"mmjax.{unit} reaches {sorted(bad)} (direct imports: {sorted(units.get(unit, ()))})"
+
+
+def test_matching_depends_on_jax_numpy_only():
+    for path in (ROOT / "matching").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top in {"jax", "numpy", "math", "functools", "typing", "itertools", "collections",
+                               "dataclasses", "__future__", "mmjax", "optax", "warnings"}, (path.name, name)
+                if top == "mmjax":
+                    assert name.startswith("mmjax.matching"), (path.name, name)
