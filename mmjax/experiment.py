@@ -18,10 +18,10 @@ import os
 
 import jax
 
+from mmjax.config_validation import check_export_matches, recorded_config, validate
 from mmjax.evaluation.run import flat_retrieval_metrics, run_evals, write_results
 from mmjax.losses import similarity_options
 from mmjax.tasks import build_task
-from mmjax.train import config_checks
 from mmjax.train.export import load_exported
 from mmjax.train.loop import train
 
@@ -60,10 +60,13 @@ def make_validator(config, task):
 
 
 def run(config, workdir: str, *, hooks=()) -> dict:
-    """Trains `config` in `workdir` and, if `config.final_eval`, evaluates it; prints the tables and plot paths."""
-    config_checks.check(config)
+    """Trains `config` in `workdir` and, if `config.final_eval`, evaluates it; prints the tables and plot paths.
+    `hooks` go to the trainer (`mmjax.train.train`; tests inject faults with them)."""
+    validate(config)  # before any data generation or compilation
     task = build_task(config, workdir)
-    result = train(config, workdir, task, validate=make_validator(config, task), hooks=hooks)
+    export_info = {"task": config.task, "config": recorded_config(config)}
+    result = train(config, workdir, task, validate=make_validator(config, task), hooks=hooks,
+                   export_info=export_info)
     val = result["final_val"]
     if val and jax.process_index() == 0:
         print("\nValidation results (last step):")
@@ -75,16 +78,22 @@ def run(config, workdir: str, *, hooks=()) -> dict:
     return result
 
 
-def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbose: bool = True) -> dict:
+def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbose: bool = True,
+             allow_config_mismatch: bool = False) -> dict:
     """Runs `config.evals` on the exported parameters in `workdir` (or on `config.pretrained`) and writes the
-    results into `workdir`; returns them."""
-    config_checks.check(config)
+    results into `workdir`; returns them. The config must describe the exported model (model, data and scoring
+    fields as recorded at export) unless `allow_config_mismatch`."""
+    validate(config, stage="eval")
     if config.get("pretrained"):
         context, split = _pretrained_context(config, workdir), "benchmarks"
     else:
         variables, info = load_exported(workdir)
         if info.get("task") != config.task:
             raise ValueError(f"{workdir} holds a {info.get('task')!r} run but the config is for {config.task!r}")
+        differing = check_export_matches(info, config, allow_mismatch=allow_config_mismatch)
+        if differing:
+            print(f"[evaluate] WARNING: evaluating with config fields that differ from the export: {differing}",
+                  flush=True)
         split = split or config.get("eval_split", "test")
         task = task or build_task(config, workdir)
         context = task.eval_context(variables, split)

@@ -1,6 +1,9 @@
 """Exported parameters of a finished run: `<workdir>/export/` holds the final params (Orbax) and `export.json`
-(the task, the model config needed to rebuild the module, and the step). Downstream jobs — e.g. Flow-CLIP heads on a
-frozen ShapesWorld CLIP — read this instead of the full training state."""
+(the task, the model config needed to rebuild the module, the step and the run's config without its operational
+fields, "config", which the caller puts in `info`). Downstream jobs — e.g. Flow-CLIP heads on a frozen ShapesWorld
+CLIP — read this instead of the full training state; evaluation checks with
+`mmjax.config_validation.check_export_matches` that its config describes the exported model
+(docs/design.md#config-validation)."""
 
 import json
 import os
@@ -9,8 +12,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-
 def export_params(workdir: str, params, info: dict) -> str:
+    """Writes `params` and `export.json` (= `info`)."""
     path = os.path.abspath(os.path.join(workdir, "export"))
     ckpt = ocp.StandardCheckpointer()
     ckpt.save(os.path.join(path, "params"), jax.device_get(params), force=True)

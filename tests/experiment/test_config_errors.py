@@ -33,6 +33,35 @@ def test_missing_paths_named(tmp_path):
         train_and_evaluate(c, str(tmp_path / "w2"))
 
 
+def test_bad_field_fails_before_any_data_or_compilation(tmp_path, monkeypatch):
+    """The trainer's entry validates first: nothing is generated, compiled or written for an invalid config."""
+    import jax
+
+    from configs import maxmatch_shapes
+    from mmjax.config_validation import ConfigError
+    from mmjax.data import shapesworld
+    from mmjax.experiment import run
+    calls = []
+    monkeypatch.setattr(shapesworld, "generate", lambda *a, **k: calls.append("generate"))
+    monkeypatch.setattr(jax, "jit", lambda *a, **k: calls.append("jit"))
+    c = maxmatch_shapes.get_config("smoke")
+    c.loss.solver, c.model.num_embeds, c.train.keep_checkpoints = "enumerate", 9, 0
+    with pytest.raises(ConfigError) as err:
+        run(c, str(tmp_path / "w"))
+    assert [p for p, _ in err.value.problems] == ["config.train.keep_checkpoints", "config.loss.solver"]
+    assert calls == [] and not (tmp_path / "w").exists()
+
+
+def test_bad_field_fails_in_the_cli_before_the_workdir_is_made(tmp_path):
+    workdir = tmp_path / "w"
+    proc = run_python(train_cmd("configs/maxmatch_shapes.py:smoke", str(workdir), "--config.train.num_steps=-5",
+                                "--config.train.compute_dtype=float8"), check=False)
+    assert proc.returncode != 0
+    assert "config.train.num_steps = -5: must be an integer >= 0" in proc.stderr
+    assert "config.train.compute_dtype = 'float8': must be one of ('float32', 'bfloat16')" in proc.stderr
+    assert not workdir.exists()
+
+
 WORKER = r"""
 import json, sys
 sys.path.insert(0, ".")

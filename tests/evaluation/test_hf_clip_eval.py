@@ -1,6 +1,6 @@
 """`configs/clip_hf_eval.py` end to end on tiny files: a numpy-written HF CLIP (tests/models/conftest.py), a
 SugarCrepe subset JSON and an ARO VG-Relation JSON (bbox crops) with their images, and a 2-class × 2-image zero-shot
-folder → `evaluate_workdir` without any training run → results.json with Real/Shuffle/Fixed accuracies and zero-shot
+folder → `mmjax.experiment.evaluate` without any training run → results.json with Real/Shuffle/Fixed accuracies and zero-shot
 top-1. Scores are checked against a direct computation from the model's outputs, for plain CLIP cosine and for a
 Flow-CLIP head written as a `flowclip_head` export.
 """
@@ -15,12 +15,13 @@ from PIL import Image
 
 from mmjax.data.clip_preprocess import preprocess_image
 from mmjax.data.readers import aro, sugarcrepe
-from mmjax.evaluation.run import evaluate_workdir
+from mmjax.evaluation.hf_clip import HFCLIPEvaluation
+from mmjax.experiment import evaluate
 from mmjax.flowclip import score_pairs
 from mmjax.models.hf import load_hf_clip
 from mmjax.train.defaults import flowclip_head_config
 from mmjax.train.export import export_params
-from mmjax.tasks import build_task
+from mmjax.train.export import load_exported
 
 from tests.module_loader import load as _load
 
@@ -135,7 +136,7 @@ def _check_results(results, workdir: Path):
 
 def test_plain_clip_cosine(files, tmp_path):
     workdir = tmp_path / "out"  # does not exist: no training run, no export
-    comp = _check_results(evaluate_workdir(make_config(files), str(workdir)), workdir)
+    comp = _check_results(evaluate(make_config(files), str(workdir)), workdir)
 
     # The first ARO record: cosine of its bbox-cropped image against both candidates, computed directly.
     record = aro(files["root"] / "visual_genome_relation.json", files["root"] / "aro_images",
@@ -149,7 +150,7 @@ def test_plain_clip_cosine(files, tmp_path):
 def test_flowclip_head_scores(files, tmp_path):
     head = write_head_export(tmp_path / "head", dim=hf_fixtures.tiny_clip_config_dict()["projection_dim"])
     workdir = tmp_path / "out"
-    comp = _check_results(evaluate_workdir(make_config(files, str(tmp_path / "head")), str(workdir)), workdir)
+    comp = _check_results(evaluate(make_config(files, str(tmp_path / "head")), str(workdir)), workdir)
 
     record = sugarcrepe(files["root"] / "sugarcrepe" / "swap_obj.json", files["root"] / "val2017").records[1]
     img, txt = _direct_features(files["clip_dir"], record, record.captions)
@@ -168,7 +169,8 @@ def test_flowclip_head_scores(files, tmp_path):
                                atol=1e-4)
 
     # Zero-shot scores the full matrix in blocks; compositional scores pair by pair: both must agree.
-    task = build_task(make_config(files, str(tmp_path / "head")), str(workdir))
+    task = HFCLIPEvaluation(make_config(files, str(tmp_path / "head")), str(workdir),
+                            head_export=load_exported(str(tmp_path / "head")))
     paths = sorted(str(p) for p in (files["root"] / "zeroshot").rglob("*.png"))[:3]
     prompts = ["a cat", "a dog", "two cats"]
     matrix = task.zeroshot_score_fn()(paths, prompts)
@@ -180,13 +182,13 @@ def test_config_errors_name_the_field(files, tmp_path):
     c = make_config(files)
     c.benchmarks.aro_vgr.path = ""
     with pytest.raises(ValueError, match=r"config\.benchmarks\.aro_vgr\.path"):
-        build_task(c, str(tmp_path / "out"))
+        HFCLIPEvaluation(c, str(tmp_path / "out"))
     c = make_config(files)
     c.data.clip_dir = ""
     with pytest.raises(ValueError, match=r"config\.data\.clip_dir"):
-        build_task(c, str(tmp_path / "out"))
+        HFCLIPEvaluation(c, str(tmp_path / "out"))
     with pytest.raises(ValueError, match="unknown benchmark"):
         clip_eval_config.get_config("sugarcrepe,nope")
-    task = build_task(make_config(files), str(tmp_path / "out"))
-    with pytest.raises(RuntimeError, match="evaluation-only"):
-        task.make_iterator()
+    from mmjax.experiment import run
+    with pytest.raises(ValueError, match="nothing to train"):
+        run(make_config(files), str(tmp_path / "out"))
