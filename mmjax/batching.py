@@ -63,9 +63,3 @@ def batched_apply(fn: Callable, inputs: Sequence, *, batch_size: int = 256, name
             outs.append(jax.tree_util.tree_map(lambda y, v=stop - start: np.asarray(y)[:v], out))
             bar.update(stop - start)
     return jax.tree_util.tree_map(lambda *ys: np.concatenate(ys, axis=0), *outs)
-
-
-def unit_normalize(x, eps: float = 1e-12):
-    """x / max(‖x‖₂, eps) along the last axis, for numpy or jax arrays (the array's own namespace)."""
-    xp = np if isinstance(x, np.ndarray) else jax.numpy
-    return x / xp.maximum(xp.linalg.norm(x, axis=-1, keepdims=True), eps)

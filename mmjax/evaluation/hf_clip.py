@@ -37,6 +37,7 @@ import numpy as np
 from mmjax.data import readers
 from mmjax.data.clip_preprocess import preprocess_batch
 from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs
+from mmjax.normalize import unit_normalize
 from mmjax.flowclip import score_pairs
 from mmjax.models.feature_cache import clip_encoders
 from mmjax.models.hf import load_hf_clip
@@ -190,8 +191,7 @@ class HFCLIPEvaluation:
     def score_matrix(self, img: dict, txt: dict) -> np.ndarray:
         """[n_images, n_texts] scores: cosine, or the head in fixed-size blocks (one compilation)."""
         if self.flowclip is None:
-            a = img["global"] / np.maximum(np.linalg.norm(img["global"], axis=-1, keepdims=True), 1e-12)
-            b = txt["global"] / np.maximum(np.linalg.norm(txt["global"], axis=-1, keepdims=True), 1e-12)
+            a, b = unit_normalize(np.asarray(img["global"])), unit_normalize(np.asarray(txt["global"]))
             return (a @ b.T).astype(np.float32)
         if self._head_matrix_fn is None:
             self._head_matrix_fn = jax.jit(self._head_score)

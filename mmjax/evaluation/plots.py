@@ -18,6 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mmjax.normalize import unit_normalize  # noqa: E402
+
 
 def _save(fig, path) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -110,7 +112,7 @@ def plot_element_embeddings(image_sets, caption_sets, path, *, method: str = "pc
     img = np.asarray(image_sets)[:max_sets]
     txt = np.asarray(caption_sets)[:max_sets]
     pts = np.concatenate([img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1])])
-    pts = pts / np.maximum(np.linalg.norm(pts, axis=-1, keepdims=True), 1e-12)
+    pts = unit_normalize(pts)
     if method == "pca":
         y = pca_2d(pts)
     elif method == "tsne":

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.normalize import unit_normalize
 from mmjax.similarity import block_similarity
 
 
@@ -95,8 +96,7 @@ def cosine_pairs(img, txt) -> jax.Array:
     """cos(v_p, t_p) for rows of [n, d] embeddings (normalised here, float32)."""
     img = jnp.asarray(img, jnp.float32)
     txt = jnp.asarray(txt, jnp.float32)
-    img = img / jnp.maximum(jnp.linalg.norm(img, axis=-1, keepdims=True), 1e-12)
-    txt = txt / jnp.maximum(jnp.linalg.norm(txt, axis=-1, keepdims=True), 1e-12)
+    img, txt = unit_normalize(img), unit_normalize(txt)
     return jnp.sum(img * txt, axis=-1)
 
 

@@ -18,11 +18,11 @@ import numpy as np
 
 from mmjax.evaluation.embed import score_sets
 from mmjax.evaluation.retrieval import recall_at_k
+from mmjax.normalize import unit_normalize
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+def _unit(x) -> np.ndarray:
+    return unit_normalize(np.asarray(x, np.float32))
 
 
 def circular_variance(sets, mask=None) -> np.ndarray:

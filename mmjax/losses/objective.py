@@ -61,7 +61,9 @@ def similarity_options(loss_cfg, matching_cfg=None) -> dict:
             "alpha": float(get("alpha"))}
     if matching_cfg:
         m = matching_cfg.to_dict() if hasattr(matching_cfg, "to_dict") else dict(matching_cfg)
-        opts["solver_options"] = {k: m[k] for k in ("pad_penalty", "auction", "sinkhorn") if k in m}
+        opts["solver_options"] = {k: m[k] for k in ("pad_penalty", "auction") if k in m}
+        sinkhorn = m.get("sinkhorn") or {}  # the entropic plan of the 'sinkhorn_soft' ablation
+        opts.update({f"sinkhorn_{k}": sinkhorn[k] for k in ("tau", "iters") if k in sinkhorn})
     return opts
 
 

@@ -21,10 +21,11 @@ Normalisation uses max(‖x‖², 1e-12) so collapsed or zero inputs keep finite
 import jax
 import jax.numpy as jnp
 
+from mmjax.normalize import unit_normalize
+
 
 def _unit(x):
-    x = jnp.asarray(x, jnp.float32)
-    return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), 1e-12))
+    return unit_normalize(jnp.asarray(x, jnp.float32))
 
 
 def _element_mask(x, mask, name):

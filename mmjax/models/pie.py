@@ -15,7 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mmjax.models.set_prediction import check_set_head_inputs, l2_normalize, layer_norm
+from mmjax.models.set_prediction import check_set_head_inputs, layer_norm
+from mmjax.normalize import unit_normalize
 
 PAD_SCORE = -1e9  # finite; exp underflows to exactly 0 in float32 after max subtraction
 
@@ -54,8 +55,8 @@ class PIEHead(nn.Module):
         residual = nn.Dropout(self.dropout_rate)(residual, deterministic=deterministic)
         elements = layer_norm("layer_norm")(global_feat[:, None, :] + residual)
         return {
-            "set": l2_normalize(elements),
+            "set": unit_normalize(elements),
             "residual": residual,
-            "global": l2_normalize(global_feat),
+            "global": unit_normalize(global_feat),
             "attention": jnp.swapaxes(attn, 1, 2)[:, None, None],
         }

@@ -24,13 +24,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from mmjax.normalize import unit_normalize
+
 Array = jax.Array
-
-
-def l2_normalize(x: Array, eps: float = 1e-12) -> Array:
-    """x / max(‖x‖₂, eps) along the last axis (torch `F.normalize`)."""
-    norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
-    return x / jnp.maximum(norm, eps)
 
 
 def layer_norm(name: str) -> nn.LayerNorm:
@@ -208,9 +204,9 @@ class SetPredictionModule(nn.Module):
         residual = layer_norm(name="ln_last")(slots)
         global_term = layer_norm(name="ln_global")(global_feat)
         return {
-            "set": l2_normalize(global_term[:, None, :] + residual),
+            "set": unit_normalize(global_term[:, None, :] + residual),
             "residual": residual,
-            "global": l2_normalize(global_term),
+            "global": unit_normalize(global_term),
             "attention": jnp.stack(maps, axis=1),
             "slot_attention": jnp.stack(slot_maps, axis=1),
         }

@@ -18,14 +18,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mmjax.models.set_prediction import l2_normalize
+from mmjax.normalize import unit_normalize
 
 
 def apply_set_head(set_head: nn.Module | None, tokens: jax.Array, token_mask: jax.Array | None,
                    global_feat: jax.Array, deterministic: bool) -> dict:
     """Run `set_head` (or the single-vector fallback when it is None) and add the set mask."""
     if set_head is None:
-        global_unit = l2_normalize(global_feat)
+        global_unit = unit_normalize(global_feat)
         out = {"set": global_unit[:, None, :], "residual": None, "global": global_unit, "attention": None}
     else:
         out = dict(set_head(tokens, token_mask, global_feat, deterministic=deterministic))

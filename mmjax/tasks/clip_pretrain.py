@@ -19,7 +19,8 @@ import numpy as np
 
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld
 from mmjax.losses import infonce_loss
-from mmjax.batching import batched_apply, unit_normalize
+from mmjax.batching import batched_apply
+from mmjax.normalize import unit_normalize
 from mmjax.models.clip import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPVisionConfig
 from mmjax.models.frozen_clip import normalise_pixels
 

@@ -23,6 +23,7 @@ def test_scoring_options_come_from_loss_and_matching():
     kw = score["similarity_kw"]
     assert (kw["s_h"], kw["solver"], kw["alpha"]) == (2.0, "hungarian", 8.0)
     assert kw["solver_options"]["auction"] == c.matching.auction.to_dict()
+    assert kw["sinkhorn_tau"] == c.matching.sinkhorn.tau
     from mmjax.evaluation.run import resolve_evals
     resolved = resolve_evals(c.evals, **score)
     kind, opts = resolved["retrieval"]

@@ -239,3 +239,33 @@ def test_objective_terms_and_config_errors():
         losses.maxmatch_objective(img, txt, ci, {"lamda_gd": 1.0})
     with pytest.raises(ValueError, match="caption_image must have shape"):
         losses.triplet_loss(np.zeros((3, 15)), np.zeros(14, int))
+
+
+def test_objective_reduction_sums_the_hardest_negative_triplet():
+    """`loss.reduction='sum'` (VSE∞) sums the post-warm-up triplet terms; the default averages them."""
+    rng = np.random.default_rng(6)
+    mk = lambda n: {"set": unit(rng.normal(size=(n, 1, 8))).astype(np.float32),
+                    "residual": np.zeros((n, 1, 8), np.float32), "global": unit(rng.normal(size=(n, 8)))}
+    img, txt, ci = mk(3), mk(6), np.repeat(np.arange(3), 2)
+    base = dict(similarity="average", lambda_con=0.0, lambda_gd=0.0, lambda_isd=0.0, lambda_div=0.0,
+                lambda_mmd=0.0)
+    s = np.einsum("id,nd->in", img["set"][:, 0], txt["set"][:, 0])
+    i2t = [max(max(0.0, 0.2 + s[ci[n], n2] - s[ci[n], n]) for n2 in range(6) if ci[n2] != ci[n]) for n in range(6)]
+    t2i = [max(max(0.0, 0.2 + s[i, n] - s[ci[n], n]) for i in range(3) if i != ci[n]) for n in range(6)]
+    mean, _ = losses.maxmatch_objective(img, txt, ci, dict(base, reduction="mean"))
+    total, _ = losses.maxmatch_objective(img, txt, ci, dict(base, reduction="sum"))
+    np.testing.assert_allclose(mean, np.mean(i2t) + np.mean(t2i), rtol=1e-5)
+    # the sum form sums each direction's hardest-negative hinge over its anchors
+    _, parts = losses.triplet_loss(s, ci, margin=0.2, hard_negative="max", reduction="sum")
+    np.testing.assert_allclose(total, parts["i2t"] + parts["t2i"], rtol=1e-5)
+    assert float(total) > float(mean)
+
+
+def test_similarity_options_are_derived_from_the_loss_and_matching_config():
+    cfg = losses.maxmatch_loss_config()
+    cfg.update(s_h=3.0, solver="auction", match_on="transformed", alpha=4.0)
+    opts = losses.similarity_options(cfg, {"pad_penalty": 9.0, "auction": {"theta": 0.5},
+                                           "sinkhorn": {"tau": 0.1, "iters": 7}})
+    assert opts == {"s_h": 3.0, "match_on": "transformed", "solver": "auction", "alpha": 4.0,
+                    "solver_options": {"pad_penalty": 9.0, "auction": {"theta": 0.5}},
+                    "sinkhorn_tau": 0.1, "sinkhorn_iters": 7}

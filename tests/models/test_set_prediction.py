@@ -218,3 +218,51 @@ def test_bad_shapes_raise():
         spm.init(jax.random.PRNGKey(0), tokens, mask, g[:2])
     with pytest.raises(ValueError, match="pos_encoding"):
         make_spm(pos_encoding="learned").init(jax.random.PRNGKey(0), tokens, mask, g)
+
+
+def _np_slot_weights(logits, mask, pad_mode, eps=1e-7):
+    """Plain numpy slot competition: softmax over slots, then per-slot renormalisation over tokens."""
+    logits = np.asarray(logits, np.float64)
+    valid = np.asarray(mask, bool)[..., None, :]
+    if pad_mode == "reference":  # Set Div: padded logits filled (one constant) before the slot softmax
+        logits = np.where(valid, logits, -7.0)
+    e = np.exp(logits - logits.max(axis=-2, keepdims=True))
+    probs = e / e.sum(axis=-2, keepdims=True)
+    if pad_mode == "exclude":
+        probs = probs * valid
+    return probs, probs / (probs.sum(axis=-1, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("pad_mode", ["exclude", "reference"])
+def test_slot_competition_pad_modes_match_numpy(pad_mode):
+    from mmjax.models.set_prediction import slot_competition_weights
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 3, 4, 6)).astype(np.float32)  # [B, h, K, N]
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)[:, None, :]
+    probs, weights = slot_competition_weights(jnp.asarray(logits), jnp.asarray(mask), pad_mode=pad_mode)
+    want_p, want_w = _np_slot_weights(logits, mask, pad_mode)
+    np.testing.assert_allclose(np.asarray(probs), want_p, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(weights), want_w, atol=1e-6)
+    padded = np.asarray(probs)[0, :, :, 4:]
+    # 'reference' leaks 1/K of every padded token into each slot; 'exclude' gives it none.
+    np.testing.assert_allclose(padded, 0.25 if pad_mode == "reference" else 0.0, atol=1e-6)
+
+
+def test_spm_pad_mode_changes_outputs_only_with_padding():
+    from mmjax.models.set_prediction import SetPredictionModule
+    rng = np.random.default_rng(4)
+    tokens = jnp.asarray(rng.normal(size=(2, 5, 8)).astype(np.float32))
+    glob = jnp.asarray(rng.normal(size=(2, 8)).astype(np.float32))
+    spm = {m: SetPredictionModule(num_embeds=3, depth=1, num_heads=2, head_dim=4, pad_mode=m)
+           for m in ("exclude", "reference")}
+    params = spm["exclude"].init(jax.random.PRNGKey(0), tokens, None, glob)
+    full = jnp.ones((2, 5), bool)
+    part = jnp.asarray(np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool))
+    out = {m: (spm[m].apply(params, tokens, full, glob)["set"], spm[m].apply(params, tokens, part, glob)["set"])
+           for m in spm}
+    np.testing.assert_allclose(np.asarray(out["exclude"][0]), np.asarray(out["reference"][0]), atol=1e-6)
+    assert not np.allclose(np.asarray(out["exclude"][1][0]), np.asarray(out["reference"][1][0]), atol=1e-4)
+    np.testing.assert_allclose(np.asarray(out["exclude"][1][1]), np.asarray(out["reference"][1][1]), atol=1e-6)
+    with pytest.raises(ValueError, match="pad_mode"):
+        SetPredictionModule(num_embeds=3, depth=1, num_heads=2, head_dim=4, pad_mode="zero").apply(
+            params, tokens, part, glob)
