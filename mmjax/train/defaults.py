@@ -30,6 +30,15 @@ def train_config(**kw):
     return ml_collections.ConfigDict(base)
 
 
+def optim_config(**kw):
+    """`config.optim` with every field `mmjax.train.optim.make_optimizer` reads (so each is overridable by flag)."""
+    base = dict(name="adamw", lr=1e-3, weight_decay=1e-4, schedule="cosine", warmup_steps=0, clip_norm=1.0,
+                lr_mults=(), final_frac=0.0, decay_regex=".*", boundaries=(), decay_factor=0.1, b1=0.9, b2=0.999,
+                eps=1e-8, momentum=0.9)
+    base.update(kw)
+    return ml_collections.ConfigDict(base)
+
+
 def distributed_config():
     return ml_collections.ConfigDict(dict(coordinator="", num_processes=1, process_id=0, cpu_collectives="gloo"))
 
@@ -76,8 +85,8 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
     c.optim = dict(name="adamw", lr=1e-3, weight_decay=1e-4, schedule="cosine", warmup_steps=0, clip_norm=1.0,
                    # Set Div: image side (non-CNN) and the text SPM at 0.1 × base rate.
                    # A pixels-mode CNN backbone trains at the base rate, as Set Div's does (first match wins).
-                   lr_mults=((r"image_tower/backbone/.*", 1.0), (r"image_tower/.*", 0.1),
-                             (r"text_tower/set_head/.*", 0.1)))
+                           lr_mults=((r"image_tower/backbone/.*", 1.0), (r"image_tower/.*", 0.1),
+                                     (r"text_tower/set_head/.*", 0.1)))
     # Two epochs: the CPU budget of the main job (≤ 10 min on 2 cores); `configs/maxmatch_shapes.py:full` = 30.
     c.train = train_config(num_epochs=2, eval_every_epoch=True, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
@@ -111,7 +120,7 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
     c.data = dict(name="shapesworld", preset="default", seed=0, val_split="val", batch_size=512, prefetch=2)
     c.model = dict(width=256, heads=4, vision_layers=4, text_layers=4, image_size=64, patch_size=8,
                    projection_dim=128, logit_scale_max=100.0)
-    c.optim = dict(name="adamw", lr=5e-4, weight_decay=0.1, schedule="cosine", warmup_steps=500, clip_norm=1.0)
+    c.optim = optim_config(name="adamw", lr=5e-4, weight_decay=0.1, schedule="cosine", warmup_steps=500, clip_norm=1.0)
     c.train = train_config(num_epochs=20, eval_every=0, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
     c.distributed = distributed_config()
@@ -153,7 +162,7 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
                       cimr_kappa_stop_grad=True, mask_invalid_negatives=True, use_local=True, donor_tries=4,
                       score_chunk_images=32, all_pairs="gram", max_tokens=32, logit_scale_init=1 / 0.07,
                       logit_scale_max=100.0)
-    c.optim = dict(name="adam", lr=1e-3, schedule="constant", warmup_steps=0, clip_norm=None)
+    c.optim = optim_config(name="adam", lr=1e-3, schedule="constant", warmup_steps=0, clip_norm=None)
     c.train = train_config(num_epochs=5, eval_every=0, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
     c.distributed = distributed_config()

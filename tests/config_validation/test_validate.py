@@ -12,7 +12,7 @@ from mmjax import matching
 from mmjax.config_validation import (SCHEMA, ConfigError, ConfigPathError, check, check_resume,
                                      flat_config, outcome_diff, validate)
 from mmjax.config_validation.schema import PRETRAINED
-from tests.module_loader import ROOT, load
+from tests.module_loader import ROOT, config_variants, load
 
 CONFIG_FILES = sorted(glob.glob(str(ROOT / "configs" / "*.py")))
 
@@ -144,17 +144,7 @@ def test_cross_rule_skipped_when_its_fields_are_invalid():
 
 
 def _variants(path: str) -> list[str]:
-    """'' plus every `configs/<file>:<variant>` its docstring names, plus the module's own variant tables."""
-    module = load(os.path.relpath(path, ROOT), "cfg_" + os.path.basename(path)[:-3])
-    name = os.path.basename(path)
-    found = {""} | set(re.findall(re.escape(name) + r":([\w,]+)", module.__doc__ or ""))
-    found |= {v for v in getattr(module, "VARIANTS", ()) if v}
-    if name.startswith("flowclip_"):
-        from mmjax.train.defaults import FLOWCLIP_HEADS
-        found |= {h + s for h in FLOWCLIP_HEADS for s in ("", ",smoke")}
-    if name == "clip_hf_eval.py":
-        found.add(",".join(module.BENCHMARKS))
-    return sorted(found)
+    return config_variants(path)
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=[os.path.basename(p) for p in CONFIG_FILES])
