@@ -30,10 +30,28 @@ def pad_rows(x, n: int):
     return jax.tree_util.tree_map(pad, x)
 
 
-def progress(total: int, name: str | None, *, unit: str = "it", initial: int = 0, **kwargs):
-    """A tqdm bar over `total` units written to stdout (`name=None`: disabled, same interface)."""
-    return tqdm(total=total, initial=initial, desc=name, unit=unit, disable=name is None, file=sys.stdout,
-                mininterval=kwargs.pop("mininterval", 10.0), dynamic_ncols=True, **kwargs)
+class _LineWriter:
+    """A file-like sink that hands each finished tqdm line to `log` (for callers that collect log lines)."""
+
+    def __init__(self, log: Callable[[str], None]):
+        self.log = log
+
+    def write(self, text: str) -> None:
+        text = text.strip("\r\n ")
+        if text:
+            self.log(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def progress(total: int, name: str | None, *, unit: str = "it", initial: int = 0,
+             log: Callable[[str], None] | None = None, **kwargs):
+    """A tqdm bar over `total` units (rate, elapsed<remaining) on stdout, or line by line to `log`
+    (`name=None`: disabled, same interface)."""
+    return tqdm(total=total, initial=initial, desc=name, unit=unit, disable=name is None,
+                file=sys.stdout if log is None else _LineWriter(log), mininterval=kwargs.pop("mininterval", 10.0),
+                dynamic_ncols=log is None, **kwargs)
 
 
 def batched_apply(fn: Callable, inputs: Sequence, *, batch_size: int = 256, name: str | None = "embed",

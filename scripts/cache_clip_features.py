@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from mmjax.batching import progress
 from mmjax.data.clip_preprocess import CLIP_MEAN, CLIP_STD, ClipImageSequence
 from mmjax.data.readers import karpathy, negclip_tsv
 from mmjax.data.readers._common import pre_caption
@@ -102,26 +103,6 @@ def attach_negatives(image_paths: Sequence[str], captions: Sequence[str], captio
     return picked, dict(counts)
 
 
-class Progress:
-    """Counts items through a phase and prints 'phase n/total (rate/s, ETA)' at most every `every_s` seconds."""
-
-    def __init__(self, phase: str, total: int, log: Callable[[str], None], every_s: float = 10.0):
-        self.phase, self.total, self.log, self.every_s = phase, total, log, every_s
-        self.done = 0
-        self.start = self._last = time.monotonic()
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self._last >= self.every_s or self.done >= self.total:
-            self._last = now
-            elapsed = max(now - self.start, 1e-9)
-            rate = self.done / elapsed
-            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            self.log(f"  {self.phase}: {self.done}/{self.total} ({rate:.1f}/s, elapsed {_duration(elapsed)}, "
-                     f"ETA {_duration(eta)})")
-
-
 def _duration(seconds: float) -> str:
     if not np.isfinite(seconds):
         return "?"
@@ -165,8 +146,10 @@ def build_split_cache(directory: str, dataset, clip, *, negatives=None, neg_pick
     counts["negative_texts"] = len(neg_index)
 
     encode_image, encode_text = clip_encoders(model, params, tokenizer, batch_size=batch_size)
-    image_progress = Progress("images", dataset.num_images, log, progress_every_s)
-    text_progress = Progress("texts", len(texts), log, progress_every_s)
+    t0 = time.monotonic()
+    image_progress = progress(dataset.num_images, "[cache] images", unit="image", log=log,
+                              mininterval=progress_every_s)
+    text_progress = progress(len(texts), "[cache] texts", unit="text", log=log, mininterval=progress_every_s)
 
     def encode_image_counted(pixels):
         out = encode_image(pixels)
@@ -195,7 +178,9 @@ def build_split_cache(directory: str, dataset, clip, *, negatives=None, neg_pick
                                    max_tokens=max_tokens, dtype=dtype, overwrite=overwrite, extra_meta=meta_extra)
     finally:
         images.close()
-    log(f"[cache] {directory}: done in {_duration(time.monotonic() - image_progress.start)}; truncated "
+        image_progress.close()
+        text_progress.close()
+    log(f"[cache] {directory}: done in {_duration(time.monotonic() - t0)}; truncated "
         f"{meta['truncated_texts']} texts past {meta['text_length']} tokens")
     return meta
 

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.batching import pad_rows
 from mmjax.data import readers
 from mmjax.data.clip_preprocess import preprocess_batch
 from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs
@@ -51,13 +52,7 @@ SCORE_BLOCK = 256  # captions (matrix) or pairs per head-scoring call: fixed sha
 def _rows(tree: dict, start: int, stop: int, size: int) -> dict:
     """Rows [start, stop) of every array, padded to `size` rows by repeating the last one (a real row, so padded
     text rows keep valid tokens and the scorer never sees an all-masked caption)."""
-    out = {}
-    for k, v in tree.items():
-        block = v[start:stop]
-        if len(block) < size:
-            block = np.concatenate([block, np.repeat(block[-1:], size - len(block), axis=0)])
-        out[k] = block
-    return out
+    return pad_rows({k: v[start:stop] for k, v in tree.items()}, size)
 
 
 def _concat(parts: list[dict]) -> dict:

@@ -28,6 +28,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from mmjax.batching import batched_apply
+
 FORMAT = "mmjax.feature_cache"
 VERSION = 1
 IMAGE_ARRAYS = ("img_global", "img_patches")
@@ -177,9 +179,8 @@ def clip_encoders(model, params, tokenizer, *, batch_size: int = 64) -> tuple[Im
     text_fn = jax.jit(partial(model.apply, method="encode_text"))
 
     def padded(fn, *arrays):
-        n = len(arrays[0])
-        arrays = [np.concatenate([a, np.zeros((batch_size - n, *a.shape[1:]), a.dtype)]) for a in arrays]
-        return {k: np.asarray(v)[:n] for k, v in fn(variables, *arrays).items()}
+        # Fixed-shape batches (one compilation); edge padding, never zeros (an all-padding text row is invalid).
+        return batched_apply(partial(fn, variables), arrays, batch_size=batch_size, name=None, jit=False)
 
     def encode_image(pixels: np.ndarray):
         return padded(image_fn, np.asarray(pixels, np.float32))

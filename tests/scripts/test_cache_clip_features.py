@@ -7,6 +7,7 @@ context, so the preprocessing must follow the checkpoint's vision_config and tex
 """
 
 import json
+import re
 import os
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def test_train_cache_records_and_negatives(caches):
     texts = [r["pos_text"] for r in records]
     assert texts == [c for cid in (11, 12, 13) for c in _captions(cid)[:5]]
     assert any("3 of 15 captions matched" in line for line in caches["logs"])
-    assert any("images: 3/3" in line and "ETA" in line for line in caches["logs"])
+    # tqdm progress: count, then [elapsed<remaining (the ETA), rate]
+    assert any(re.search(r"images: .*3/3 \[\d+:\d+<\d+:\d+", line) for line in caches["logs"]), caches["logs"]
 
 
 def test_val_cache_and_image_features(caches):

@@ -206,12 +206,15 @@ def safe_join(root: Path | None, relative: str, where: str) -> str:
 
     An absolute path (``/etc/passwd``), a drive or UNC prefix, a NUL byte, or ``..`` components that climb above
     ``root`` after normalisation are `DataFormatError`s naming the record and the path. The check is lexical (no
-    symlink resolution), so a root that is itself a symlink farm keeps working; with ``root=None`` (paths left
-    unresolved) the relative path must still stay below its (unknown) root."""
+    symlink resolution), so a root that is itself a symlink farm keeps working. With ``root=None`` nothing is joined
+    and no file is opened: the path is only the record's identifier (e.g. the absolute paths of the official NegCLIP
+    TSV, matched to Karpathy images by the feature-cache script), so it is returned as written."""
     if not isinstance(relative, str) or not relative:
         raise DataFormatError(f"{where}: empty or non-string image path {relative!r}")
     if "\0" in relative:
         raise DataFormatError(f"{where}: image path contains a NUL byte: {relative!r}")
+    if root is None:
+        return relative
     if os.path.isabs(relative) or relative.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[/\\]", relative):
         raise DataFormatError(f"{where}: absolute image path {relative!r} refused; paths must be relative to "
                               f"the image root {root if root is not None else ''}".rstrip())
