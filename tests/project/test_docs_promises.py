@@ -141,3 +141,22 @@ def test_docs_point_only_at_documents_in_the_repo():
                     if a not in anchors]
     assert not bad, f"references to documents outside the repo in {bad}"
     assert not missing, f"docs/design.md anchors that do not exist: {missing}"
+
+
+def test_reliability_table_names_existing_tests():
+    """docs/reliability.md is kept true by the suite: every test it names exists."""
+    import ast
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    refs, last_file = [], None
+    for cell in re.findall(r"`((?:tests/[\w/]+\.py)?::[\w\[\]-]+)`", text):
+        file, _, name = cell.partition("::")
+        last_file = file or last_file
+        refs.append((last_file, name.split("[")[0]))
+    assert len(refs) >= 15, refs
+    missing = []
+    for file, name in refs:
+        tree = ast.parse((ROOT / file).read_text())
+        names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        if name not in names:
+            missing.append(f"{file}::{name}")
+    assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"
