@@ -18,6 +18,8 @@ _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "
 config_flags.DEFINE_config_file("config", _DEFAULT, "Experiment config file (path[:variant]).", lock_config=True)
 flags.DEFINE_string("workdir", "workdir/maxmatch_shapes", "Workdir of a finished training run.")
 flags.DEFINE_string("split", None, "Split to evaluate (default: config.eval_split, else 'test').")
+flags.DEFINE_enum("params", "final", ["final", "best"], "Which exported parameters: the last step's ('final') or "
+                  "those of the best validation RSUM ('best').")
 flags.DEFINE_bool("allow_config_mismatch", False, "Evaluate even if model/data/scoring fields of the config differ "
                   "from those recorded in the run's export (the differing fields are printed).")
 
@@ -29,7 +31,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the output
     from mmjax.experiment import evaluate
     evaluate(flags.FLAGS.config, flags.FLAGS.workdir, split=flags.FLAGS.split,
-             allow_config_mismatch=flags.FLAGS.allow_config_mismatch)
+             allow_config_mismatch=flags.FLAGS.allow_config_mismatch, params=flags.FLAGS.params)
 
 
 if __name__ == "__main__":

@@ -79,15 +79,19 @@ def run(config, workdir: str, *, hooks=()) -> dict:
 
 
 def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbose: bool = True,
-             allow_config_mismatch: bool = False) -> dict:
+             allow_config_mismatch: bool = False, params: str = "final", out_dir: str | None = None) -> dict:
     """Runs `config.evals` on the exported parameters in `workdir` (or on `config.pretrained`) and writes the
-    results into `workdir`; returns them. The config must describe the exported model (model, data and scoring
-    fields as recorded at export) unless `allow_config_mismatch`."""
+    results into `out_dir` (default `workdir`); returns them. `params`: 'final' (the last step's export) or 'best'
+    (the parameters of the best validation RSUM, the protocol of VSE∞ and Set Div). The config must describe the
+    exported model (model, data and scoring fields as recorded at export) unless `allow_config_mismatch`."""
     validate(config, stage="eval")
+    if params not in ("final", "best"):
+        raise ValueError(f"params must be 'final' or 'best', got {params!r}")
+    out_dir = out_dir or workdir
     if config.get("pretrained"):
         context, split = _pretrained_context(config, workdir), "benchmarks"
     else:
-        variables, info = load_exported(workdir)
+        variables, info = load_exported(workdir, name="export" if params == "final" else "export_best")
         if info.get("task") != config.task:
             raise ValueError(f"{workdir} holds a {info.get('task')!r} run but the config is for {config.task!r}")
         differing = check_export_matches(info, config, allow_mismatch=allow_config_mismatch)
@@ -98,13 +102,15 @@ def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbo
         task = task or build_task(config, workdir)
         context = task.eval_context(variables, split)
     results = run_evals(config.get("evals") or {"retrieval": {"type": "retrieval"}}, context, **scoring(config),
-                        plot_dir=os.path.join(workdir, "plots"),
+                        plot_dir=os.path.join(out_dir, "plots"),
                         metrics_jsonl=os.path.join(workdir, "metrics.jsonl"))
-    results = write_results({"split": split, "task": config.get("task") or config.get("pretrained"), **results},
-                            workdir)
+    header = {"split": split, "task": config.get("task") or config.get("pretrained")}
+    if not config.get("pretrained"):
+        header.update(params=params, step=info.get("step"))
+    results = write_results({**header, **results}, out_dir)
     if verbose:
-        print(f"\nResults ({split}) — {os.path.join(workdir, 'results.json')}\n")
-        print(open(os.path.join(workdir, "results.md")).read())
+        print(f"\nResults ({split}, {params} parameters) — {os.path.join(out_dir, 'results.json')}\n")
+        print(open(os.path.join(out_dir, "results.md")).read())
         for name, path in results.get("figures", {}).items():
             print(f"plot ({name}): {path}")
     return results

@@ -12,9 +12,15 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-def export_params(workdir: str, params, info: dict) -> str:
-    """Writes `params` and `export.json` (= `info`)."""
-    path = os.path.abspath(os.path.join(workdir, "export"))
+EXPORTS = ("export", "export_best")  # the final parameters; those of the best validation RSUM
+
+
+def export_params(workdir: str, params, info: dict, *, name: str = "export") -> str:
+    """Writes `params` and `export.json` (= `info`) into `<workdir>/<name>/` (`name` in `EXPORTS`); export.json
+    is written last, so its presence means the export is complete."""
+    if name not in EXPORTS:
+        raise ValueError(f"export name must be one of {EXPORTS}, got {name!r}")
+    path = os.path.abspath(os.path.join(workdir, name))
     ckpt = ocp.StandardCheckpointer()
     ckpt.save(os.path.join(path, "params"), jax.device_get(params), force=True)
     ckpt.wait_until_finished()
@@ -24,13 +30,16 @@ def export_params(workdir: str, params, info: dict) -> str:
     return path
 
 
-def load_exported(workdir: str):
-    """(params as numpy tree, info dict) from `export_params`; clear error if the run never finished."""
-    path = os.path.abspath(os.path.join(workdir, "export"))
+def load_exported(workdir: str, *, name: str = "export"):
+    """(params as numpy tree, info dict) from `export_params`; clear error if the run never wrote that export."""
+    if name not in EXPORTS:
+        raise ValueError(f"export name must be one of {EXPORTS}, got {name!r}")
+    path = os.path.abspath(os.path.join(workdir, name))
     info_path = os.path.join(path, "export.json")
     if not os.path.exists(info_path):
-        raise FileNotFoundError(f"{info_path} not found: train the upstream config to completion first "
-                                f"(its final step writes the export)")
+        what = ("train the upstream config to completion first (its final step writes the export)"
+                if name == "export" else "the run validated no best model (config.train.eval_every = 0?)")
+        raise FileNotFoundError(f"{info_path} not found: {what}")
     with open(info_path) as f:
         info = json.load(f)
     params = ocp.StandardCheckpointer().restore(os.path.join(path, "params"))
