@@ -120,8 +120,13 @@ def _score_chunk(a, a_mask, b_tiles, b_mask_tiles, kind, kw_items, slabs):
             return slab_similarity(slab_cosines(a, b), kind, a_mask, bm, **kw)
         return pairwise_set_similarity(a, b, kind, a_mask, bm, **kw)
 
+    if b_tiles.shape[0] == 1:  # one tile: no loop, whose per-iteration slice would copy the whole tile
+        return tile(jax.tree_util.tree_map(lambda x: x[0], (b_tiles, b_mask_tiles)))
     scores = jax.lax.map(tile, (b_tiles, b_mask_tiles))  # [n_tiles, image_chunk, caption_tile]
     return scores.transpose(1, 0, 2).reshape(a.shape[0], -1)
+
+
+_element_major_tiles = jax.jit(lambda t: jnp.swapaxes(t, 1, 2))  # [n, tile, K, D] → [n, K, tile, D], on device
 
 
 class _Frozen(tuple):
@@ -163,10 +168,9 @@ def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 
     caption_tile = max(1, min(caption_tile, bb))
     n_tiles = math.ceil(bb / caption_tile)
     slabs = slab_supported(kind, a.shape[1], b.shape[1], **kw)
-    b_tiles = _pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:])
-    if slabs:  # element-major caption tiles, transposed once on the host rather than once per image chunk
-        b_tiles = np.ascontiguousarray(b_tiles.transpose(0, 2, 1, 3))
-    b_tiles = jnp.asarray(b_tiles)
+    b_tiles = jnp.asarray(_pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:]))
+    if slabs:  # element-major caption tiles, transposed once per call rather than once per image chunk
+        b_tiles = _element_major_tiles(b_tiles)
     bm_tiles = None if b_mask is None else jnp.asarray(
         _pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
     kw_items = _freeze(kw)

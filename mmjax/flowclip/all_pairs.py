@@ -1,4 +1,4 @@
-"""All-pairs Flow-CLIP scores s[i, t] for Bi images × Bt captions (spec `flowclip.md` §4).
+"""All-pairs Flow-CLIP scores s[i, t] for Bi images × Bt captions (docs/design.md#flowclip-all-pairs).
 
 Three interchangeable local-term implementations (they agree to float32 round-off; tests check it):
 
@@ -18,9 +18,14 @@ Three interchangeable local-term implementations (they agree to float32 round-of
 The '1' in ‖q̃‖² uses ‖q_ℓ‖ = 1 (true up to round-off). Both forms hand (q̃·p̂ − a, ‖q̃‖² − 1) to `_pooled_delta`,
 which makes W = 0 give Δ ≡ 0 bitwise (see there); ∂s/∂M_tok = 0 holds to float round-off.
 
-Chunking [default `flowclip.score_chunk_images` = 32]: images are padded to a multiple of `chunk_size`, mapped
-with `lax.map`, and each chunk is wrapped in `jax.checkpoint`, so the backward pass recomputes a chunk instead of
-storing it. Captions are not chunked: callers with very many captions (retrieval) split them outside.
+Chunking: images are padded to a multiple of the chunk size C, mapped with `lax.map`, and each chunk is wrapped in
+`jax.checkpoint`, so the backward pass recomputes a chunk instead of storing it. C is `chunk_size` when given
+(`flowclip.score_chunk_images`), else chosen from a byte budget (`chunk_budget_bytes`, default 32 MiB) by
+`chunk_for_budget`: a Gram chunk keeps ≈ 9 float32 tensors of shape [Bt, L, N] alive per image (XLA's buffer
+assignment on CPU, 8.6–9.0 measured at B ∈ {64, 128}, N ∈ {49, 196}), so C = ⌊budget / (36·Bt·L·N)⌋ clamped to
+[1, Bi] ('direct': d in place of N). A fixed budget makes the activation independent of Bt·N, where a fixed C grows
+with both (docs/design.md#flowclip-all-pairs). Captions are not chunked: callers with very many captions
+(retrieval) split them outside.
 """
 
 from __future__ import annotations
@@ -42,6 +47,21 @@ from mmjax.flowclip.scorer import (
 )
 
 METHODS = ("gram", "direct", "reference")
+DEFAULT_CHUNK_BUDGET_BYTES = 32 << 20
+_LIVE_PER_IMAGE = 9  # float32 [Bt, L, N] ('direct': [Bt, L, d]) tensors alive per image of a chunk
+
+
+def chunk_for_budget(budget_bytes: int, n_images: int, n_captions: int, n_tokens: int, n_patches: int,
+                     dim: int, method: str = "gram") -> int:
+    """Images per chunk C = ⌊budget / (4·9·Bt·L·w)⌋ clamped to [1, Bi], w = N ('gram') or d ('direct', 'reference').
+
+    Activation of one chunk ≈ C·9·Bt·L·w float32 (module docstring); the budget bounds it, not the inputs.
+    """
+    if not isinstance(budget_bytes, int) or budget_bytes < 1:
+        raise ValueError(f"chunk_budget_bytes must be a positive int; got {budget_bytes!r}")
+    width = n_patches if method == "gram" else dim
+    per_image = 4 * _LIVE_PER_IMAGE * n_captions * n_tokens * width
+    return int(max(1, min(n_images, budget_bytes // max(per_image, 1))))
 
 
 def _pooled_delta(a: jax.Array, dot_extra: jax.Array, extra_sq: jax.Array, tau_p) -> jax.Array:
@@ -131,7 +151,8 @@ def icer_local_score(
     tau_p=0.02,
     pool: str = "logsumexp",
     method: str = "gram",
-    chunk_size: int = 32,
+    chunk_size: int | None = None,
+    chunk_budget_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES,
 ) -> jax.Array:
     """(F9) s_L[i, t] = mean over V_T of Δ_ℓ for every pair, shape [Bi, Bt]; 0 for captions with empty V_T.
 
@@ -139,16 +160,22 @@ def icer_local_score(
       tau_p: pooling temperature τ_p (`flowclip.tau_p`, 0.02).
       pool: `'logsumexp'` or `'logmeanexp'` (`flowclip.pool`; identical Δ).
       method: `'gram'` | `'direct'` | `'reference'` (`flowclip.all_pairs`).
-      chunk_size: images per chunk (`flowclip.score_chunk_images`); need not divide Bi.
+      chunk_size: images per chunk (`flowclip.score_chunk_images`); need not divide Bi. None: from the budget.
+      chunk_budget_bytes: activation budget of one chunk when `chunk_size` is None (`chunk_for_budget`).
     """
     bi, _, _ = validation.check_shapes(params, image, text)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
     if pool not in POOLS:
         raise ValueError(f"pool must be one of {POOLS}; got {pool!r}")
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
-    chunk = min(chunk_size, bi)
+    if chunk_size is None:
+        bt, l_tok = text["tokens"].shape[:2]
+        n_patches, dim = image["patches"].shape[1:]
+        chunk = chunk_for_budget(chunk_budget_bytes, bi, bt, l_tok, n_patches, dim, method)
+    elif not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
+    else:
+        chunk = min(chunk_size, bi)
     n_chunks = -(-bi // chunk)
 
     valid = text["valid"]
@@ -182,17 +209,19 @@ def score_pairs(
     tau_p=0.02,
     pool: str = "logsumexp",
     method: str = "gram",
-    chunk_size: int = 32,
+    chunk_size: int | None = None,
+    chunk_budget_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES,
     use_local: bool = True,
 ) -> jax.Array:
     """(F1) s[i, t] = s_G[i, t] + α · s_L[i, t] for every image–caption pair, shape [Bi, Bt].
 
-    Differentiable and jittable (`pool`, `method`, `chunk_size`, `use_local` are static). `use_local=False` is
-    Global-M (LABCLIP's head) and needs only the 'global' entries. Shapes are checked at trace time; run
-    `validate_inputs` on host data to also reject non-finite features.
+    Differentiable and jittable (`pool`, `method`, `chunk_size`, `chunk_budget_bytes`, `use_local` are static).
+    `use_local=False` is Global-M (LABCLIP's head) and needs only the 'global' entries. Shapes are checked at trace
+    time; run `validate_inputs` on host data to also reject non-finite features.
     """
     s_global = global_m_score(params, image, text)
     if not use_local:
         return s_global
-    s_local = icer_local_score(params, image, text, tau_p=tau_p, pool=pool, method=method, chunk_size=chunk_size)
+    s_local = icer_local_score(params, image, text, tau_p=tau_p, pool=pool, method=method, chunk_size=chunk_size,
+                               chunk_budget_bytes=chunk_budget_bytes)
     return s_global + alpha * s_local

@@ -133,3 +133,44 @@ def test_batched_apply_pads_last_batch_and_compiles_once():
     out = batched_apply(fn, (x, None), batch_size=4)
     np.testing.assert_array_equal(out["y"], 2 * x)
     assert calls == [(4, 1)]
+
+
+@pytest.mark.parametrize("kind", ["maxmatch", "maxmatch_topk"])
+def test_slab_scoring_equals_block_form_with_ties_masks_and_rectangular_sets(kind):
+    """score_sets takes the element-major slab path for these kinds; integer-valued sets give exact ties."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-1, 2, size=(11, 4, 5)).astype(np.float32)
+    b = rng.integers(-1, 2, size=(19, 3, 5)).astype(np.float32)
+    am, bm = rng.random((11, 4)) < 0.8, rng.random((19, 3)) < 0.8
+    for masks in ((None, None), (am, bm), (am, None)):
+        with jax.default_matmul_precision("float32"):
+            ref = np.asarray(pairwise_set_similarity(a, b, kind, *masks, s_h=0.5))
+            got = score_sets(a, b, kind, *masks, image_chunk=4, caption_tile=8, s_h=0.5)
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_dict_solver_options_reach_the_solver():
+    """Nested dict options are frozen for jit and thawed back (the block path with the auction solver)."""
+    rng = np.random.default_rng(4)
+    a, am = _sets(rng, 6, 4, 6, False)
+    b, bm = _sets(rng, 7, 4, 6, False)
+    with jax.default_matmul_precision("float32"):
+        got = score_sets(a, b, "maxmatch", image_chunk=4, caption_tile=5, solver="auction",
+                         solver_options={"auction": {"eps_start_frac": 0.5}})
+        ref = score_sets(a, b, "maxmatch", image_chunk=4, caption_tile=5)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["maxmatch", "maxmatch_topk", "smooth_chamfer"])
+def test_nan_in_valid_element_is_nan_and_in_padding_is_ignored(kind):
+    rng = np.random.default_rng(5)
+    a, am = _sets(rng, 6, 4, 6, False)
+    b, bm = _sets(rng, 9, 4, 6, False)
+    bm[3, 2] = False
+    with jax.default_matmul_precision("float32"):
+        clean = score_sets(a, b, kind, am, bm, image_chunk=4, caption_tile=5)
+        b[3, 2] = np.nan  # masked: ignored
+        b[5, 1] = np.nan  # valid: caption 5 scores NaN against every image
+        got = score_sets(a, b, kind, am, bm, image_chunk=4, caption_tile=5)
+    assert np.all(np.isnan(got[:, 5])) and np.all(np.isfinite(np.delete(got, 5, 1)))
+    np.testing.assert_allclose(np.delete(got, 5, 1), np.delete(clean, 5, 1), rtol=1e-6, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Set similarities against plain numpy references, plus the invariances of spec maxmatch.md §9."""
+"""Set similarities against plain numpy references, plus their invariances (element order, padding, limits)."""
 
 import itertools
 
@@ -144,7 +144,7 @@ def test_transformed_or_linear_maxmatch_dominates_every_fixed_permutation(settin
 
 
 def test_counter_example_cos_matching_is_not_f_optimal():
-    """Spec §1.1: with match_on='cos', s_h>0, S_H is not the max over permutations of the f-score."""
+    """With match_on='cos', s_h>0, S_H is not the max over permutations of the f-score."""
     c = jnp.array([[0.5, 1.0], [-0.05, 0.5]], jnp.float32)
     s_cos = float(block_similarity(c, "maxmatch"))
     s_tr = float(block_similarity(c, "maxmatch", match_on="transformed"))
