@@ -5,7 +5,8 @@ is padded by repeating its last row (`pad_rows`), never with zeros — an all-ze
 normaliser or an all-padding attention — and the padding is sliced off the outputs again. Every call therefore has
 one shape and a jitted `fn` compiles once, whatever the number of rows.
 
-`progress(total, name)` is a `tqdm` bar (rate and ETA; clean in notebooks and in logs) or a no-op for `name=None`.
+`progress(total, name)` is a `tqdm` bar (rate and ETA) or a no-op for `name=None`: a live bar on a terminal, a widget
+in a notebook, and one plain line per refresh when stdout is a log file or a pipe.
 """
 
 from __future__ import annotations
@@ -49,9 +50,15 @@ def progress(total: int, name: str | None, *, unit: str = "it", initial: int = 0
              log: Callable[[str], None] | None = None, **kwargs):
     """A tqdm bar over `total` units (rate, elapsed<remaining) on stdout, or line by line to `log`
     (`name=None`: disabled, same interface)."""
+    if log is None and not sys.stdout.isatty():  # a log file or pipe: one line per refresh, no carriage returns
+        log = _print_line
     return tqdm(total=total, initial=initial, desc=name, unit=unit, disable=name is None,
                 file=sys.stdout if log is None else _LineWriter(log), mininterval=kwargs.pop("mininterval", 10.0),
                 dynamic_ncols=log is None, **kwargs)
+
+
+def _print_line(text: str) -> None:
+    print(text, flush=True)
 
 
 def batched_apply(fn: Callable, inputs: Sequence, *, batch_size: int = 256, name: str | None = "embed",

@@ -18,7 +18,7 @@ import os
 
 import jax
 
-from mmjax.config_validation import check_export_matches, recorded_config, validate
+from mmjax.config_validation import check_export_matches, check_resume, recorded_config, validate
 from mmjax.evaluation.run import flat_retrieval_metrics, run_evals, write_results
 from mmjax.losses import similarity_options
 from mmjax.tasks import build_task
@@ -66,7 +66,7 @@ def run(config, workdir: str, *, hooks=()) -> dict:
     task = build_task(config, workdir)
     export_info = {"task": config.task, "config": recorded_config(config)}
     result = train(config, workdir, task, validate=make_validator(config, task), hooks=hooks,
-                   export_info=export_info)
+                   export_info=export_info, check_resume=check_resume)
     val = result["final_val"]
     if val and jax.process_index() == 0:
         print("\nValidation results (last step):")

@@ -2,25 +2,57 @@
 
 `metrics.jsonl` holds one JSON object per logging step: {"step": int, "time": float, <metric>: float, ...}; validation
 entries carry keys prefixed "val/". TensorBoard events are written with tensorboardX (no TensorFlow needed).
+
+A resumed run replays the steps after its checkpoint, so the writer first drops what the interrupted run logged after
+`resume_step` (rows with a larger step, and a last line cut short by a kill) — every step appears once — and tells
+TensorBoard to purge its events from `resume_step + 1` on.
 """
+
+from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 import time
 
 
 class MetricWriter:
 
-    def __init__(self, workdir: str, *, enabled: bool = True):
+    def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int | None = None):
+        """resume_step: the step the run starts from (0 = fresh); None = append to whatever is there."""
         self.enabled = enabled
         self.path = os.path.join(workdir, "metrics.jsonl")
         self._tb = None
         if enabled:
             os.makedirs(workdir, exist_ok=True)
+            if resume_step is not None:
+                self._truncate(resume_step)
             from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
+                                     purge_step=None if resume_step is None else resume_step + 1)
+
+    def _truncate(self, resume_step: int):
+        """Keeps the rows with step <= resume_step (written before the checkpoint the run resumes from)."""
+        if not os.path.exists(self.path):
+            return
+        kept, dropped = [], 0
+        with open(self.path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a kill mid-write
+                    dropped += 1
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= resume_step:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+                else:
+                    dropped += 1
+        if dropped:
+            # Write-then-rename: a kill here leaves either the old file or the new one, never half of it.
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.writelines(kept)
+            os.replace(tmp, self.path)
 
     def write(self, step: int, metrics: dict):
         if not self.enabled:
@@ -45,24 +77,27 @@ def read_metrics(path: str) -> list[dict]:
 
 
 class Progress:
-    """A one-line progress report: step/total, steps/s, examples/s, ETA (printed every `every` seconds)."""
+    """Training progress on the one progress facility (`mmjax.batching.progress`, a tqdm bar): steps done of the
+    total, steps/s, elapsed<remaining, with examples/s and the last logged loss in the postfix. Refreshed at most
+    every `every` seconds; `enabled=False` (non-lead processes) prints nothing."""
 
     def __init__(self, total_steps: int, start_step: int, examples_per_step: int, *, every: float = 5.0,
-                 enabled: bool = True, stream=sys.stdout):
-        self.total, self.start, self.examples = total_steps, start_step, examples_per_step
-        self.every, self.enabled, self.stream = every, enabled, stream
-        self.t0 = time.time()
-        self.last = 0.0
+                 enabled: bool = True):
+        from mmjax.batching import progress
+        self.examples = examples_per_step
+        self.bar = progress(total_steps, "[train]" if enabled else None, unit="step", initial=start_step,
+                            mininterval=every)
+        self.t0, self.start = time.time(), start_step
 
     def update(self, step: int, loss: float | None = None, force: bool = False):
-        now = time.time()
-        if not self.enabled or (not force and now - self.last < self.every):
-            return
-        self.last = now
-        done = step - self.start
-        rate = done / max(now - self.t0, 1e-9)
-        eta = (self.total - step) / rate if rate > 0 else float("inf")
-        loss_txt = "" if loss is None else f"  loss {loss:.4f}"
-        eta_txt = f"{eta:6.0f}s" if math.isfinite(eta) else "     ?"
-        print(f"[train] step {step}/{self.total}  {rate:6.2f} steps/s  {rate * self.examples:8.1f} ex/s  "
-              f"ETA {eta_txt}{loss_txt}", file=self.stream, flush=True)
+        rate = (step - self.start) / max(time.time() - self.t0, 1e-9)
+        post = {"ex/s": f"{rate * self.examples:.1f}"}
+        if loss is not None:
+            post["loss"] = f"{loss:.4f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(step - self.bar.n)
+        if force:
+            self.bar.refresh()
+
+    def close(self):
+        self.bar.close()

@@ -5,9 +5,13 @@ become global `jax.Array`s sharded over the mesh's batch axes; the step computes
 batch (the B×cB similarity is global — XLA all-gathers what it needs), applies the optimiser and returns metrics.
 The VSE0 warm-up is a static flag: two compiled steps at most.
 
-Checkpoints (Orbax, async) hold the state and the data position; a restarted run resumes from the latest finished
-checkpoint and reproduces the uninterrupted run bit for bit (same keys: `fold_in(state.rng, step)`; same batches).
-A non-finite loss stops training with an error naming the step; the last good checkpoint stays on disk.
+Checkpoints (Orbax, async) hold the state, the data position and the config; a restarted run resumes from the
+newest intact checkpoint (`Checkpointer.resume`: verified, damaged steps set aside) and reproduces the uninterrupted
+run bit for bit (same keys: `fold_in(state.rng, step)`; same batches; validations and best saves after the resumed
+step replayed, `metrics.jsonl` rows after it dropped) — whatever point the previous run was killed at. A resume whose
+outcome-affecting config fields changed is refused (`ConfigError` naming them). A non-finite loss stops training
+with an error naming the step; the last good checkpoint stays on disk. A checkpoint that cannot be written stops
+training at that save (`CheckpointWriteError` naming the path).
 """
 
 from __future__ import annotations
@@ -23,14 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from mmjax.train import config_checks
 from mmjax.train.checkpoint import Checkpointer
 from mmjax.train.export import export_params
 from mmjax.train.logging import MetricWriter, Progress
 from mmjax.train.optim import make_optimizer
 from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
 from mmjax.train.state import TrainState, abstract_with_shardings, count_params, create_train_state
-from mmjax.tasks import build_task
 
 
 class NonFiniteLossError(RuntimeError):
@@ -84,7 +86,8 @@ def _device_batch(batch: dict, keys) -> dict:
 
 
 def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None = None,
-          hooks: Sequence[Callable[[str, int], None]] = ()) -> dict:
+          hooks: Sequence[Callable[[str, int], None]] = (), export_info: dict | None = None,
+          check_resume: Callable[[dict, dict], None] | None = None) -> dict:
     """Trains `task` (see `mmjax.tasks`) as `config` says in `workdir`, resuming if it holds checkpoints.
 
     validate(variables) -> metrics: the per-epoch validation (the experiment passes the configured retrieval
@@ -92,9 +95,13 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     hooks: callables `hook(event, step)` run on the lead process after "step" (each finished step), "checkpoint"
       (a regular save was issued), "best" (a best save was issued) and "export" (params exported; step = last).
       Tests use them to inject faults; nothing in the loop depends on them.
+    export_info: written into `export/export.json` (final parameters) and `export_best/export.json` (those of
+      each new best validation RSUM) with the task's own `export_info()` and the step.
+    check_resume(saved config, current config) (dicts): called before resuming from a checkpoint that recorded
+      its config; raises to refuse the resume (the experiment passes `mmjax.config_validation.check_resume`).
+    The config is expected to be validated by the caller (`mmjax.config_validation.validate`).
     Returns {"final_val": metrics, "best_rsum": float, "state": TrainState}.
     """
-    config_checks.check(config)
     if config.get("distributed") and config.distributed.get("coordinator"):
         jax.config.update("jax_cpu_collectives_implementation", config.distributed.get("cpu_collectives", "gloo"))
         jax.distributed.initialize(config.distributed.coordinator, num_processes=config.distributed.num_processes,
@@ -113,9 +120,6 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         raise ValueError(f"config.data.batch_size={config.data.batch_size} is not divisible by the {n_shards} "
                          f"devices of mesh axes {batch_axes}")
     os.makedirs(workdir, exist_ok=True)
-    if is_lead:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
 
     data = task.make_iterator((0, 0))
     steps_per_epoch = data.steps_per_epoch
@@ -134,14 +138,26 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     ckpt = Checkpointer(workdir, keep=config.train.keep_checkpoints, async_save=config.train.async_checkpoints)
     position = (0, 0)
     best_rsum = -math.inf
-    if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(abstract_with_shardings(state, state_shardings))
+    config_json = json.loads(config.to_json_best_effort())
+    export_base = {"task": config.task, **(export_info or {}),
+                   **(task.export_info() if hasattr(task, "export_info") else {})}
+
+    def check_saved_config(meta):
+        if "config" in meta and check_resume is not None:  # checkpoints from before configs were recorded: none
+            check_resume(meta["config"], config_json)
+
+    resumed = ckpt.resume(abstract_with_shardings(state, state_shardings), check_meta=check_saved_config)
+    if resumed is not None:
+        state, meta = resumed
         position = tuple(meta["position"])
         best_rsum = meta.get("best_rsum", -math.inf)
         if is_lead:
             print(f"[train] resumed from step {int(state.step)} (data position {position}) in {ckpt.directory}",
                   flush=True)
     start_step = int(state.step)
+    if is_lead:  # written after the resume check, so a refused resume leaves the workdir's record as it was
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
     data.close()
     data = task.make_iterator(position)
 
@@ -152,7 +168,7 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
                         in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,))
              for w in ({False, True} if warmup_steps else {False})}
 
-    writer = MetricWriter(workdir, enabled=is_lead)
+    writer = MetricWriter(workdir, enabled=is_lead, resume_step=start_step)
     progress = Progress(total_steps, start_step, task.examples_per_step, enabled=is_lead,
                         every=config.train.progress_every_s)
     if is_lead and start_step == 0:
@@ -160,7 +176,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
               f"({steps_per_epoch}/epoch), mesh {dict(mesh.shape)}, {jax.process_count()} process(es)", flush=True)
 
     def meta():
-        return {"position": list(data.position), "best_rsum": best_rsum, "step": int(state.step)}
+        return {"position": list(data.position), "best_rsum": best_rsum, "step": int(state.step),
+                "config": config_json}
 
     val_metrics = {}
     pending = []
@@ -178,10 +195,17 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
             pending = []
             loss = float(host[-1]["loss/total"])
             if not all(math.isfinite(float(m["loss/total"])) for m in host):
+                # `host` holds steps done-len(host)+1 .. done: name the first non-finite one.
+                bad = done - len(host) + 1 + next(
+                    i for i, m in enumerate(host) if not math.isfinite(float(m["loss/total"])))
+                ckpt.wait()
+                last = ckpt.latest_step()
                 ckpt.close()
-                raise NonFiniteLossError(
-                    f"non-finite loss at or before step {done} (last logged value {loss}); training stopped. The "
-                    f"last good checkpoint is in {ckpt.directory} (step {ckpt.latest_step()}).")
+                where = (f"the last good checkpoint is {os.path.join(ckpt.directory, str(last))} (step {last})"
+                         if last is not None else f"no checkpoint has been written yet (none in {ckpt.directory}); "
+                                                  f"a restart trains from step 0")
+                raise NonFiniteLossError(f"non-finite loss at step {bad} (last logged value {loss}); training "
+                                         f"stopped; {where}.")
             now = time.time()
             mean = {k: float(np.mean([float(m[k]) for m in host])) for k in host[-1]}
             mean["lr"] = float(schedule(done))
@@ -198,6 +222,9 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
             if val_metrics.get("rsum", -math.inf) > best_rsum:
                 best_rsum = val_metrics["rsum"]
                 ckpt.save_best(done, state, meta(), best_rsum)
+                # The best parameters as an export too, so evaluation can test them (the VSE∞ / Set Div protocol).
+                export_params(workdir, {"params": state.params, **state.extra},
+                              {**export_base, "step": done, "val_rsum": best_rsum}, name="export_best")
                 _fire(hooks, "best", done)
         if done % config.train.checkpoint_every == 0 or done == total_steps:
             ckpt.save(done, state, meta(), force=done == total_steps)
@@ -207,9 +234,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     data.close()
     writer.close()
     progress.update(total_steps, force=True)
-    info = {"task": config.task, "step": int(state.step)}
-    info.update(task.export_info() if hasattr(task, "export_info") else {})
-    export_params(workdir, {"params": state.params, **state.extra}, info)
+    progress.close()
+    export_params(workdir, {"params": state.params, **state.extra}, {**export_base, "step": int(state.step)})
     _fire(hooks, "export", total_steps)
     if validate is not None and not val_metrics and eval_every:
         val_metrics = validate({"params": state.params, **state.extra})

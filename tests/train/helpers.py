@@ -33,3 +33,25 @@ def exported_leaves(workdir: str):
     from mmjax.train.export import load_exported
     params, _ = load_exported(workdir)
     return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(params)}
+
+
+def kill_worker_cmd(config: str, workdir: str, event: str, step: int, *overrides: str):
+    """`tests/train/kill_worker.py`: a run of `mmjax.experiment.run` that SIGKILLs itself at (event, step)."""
+    return [os.path.join("tests", "train", "kill_worker.py"), config, workdir, event, str(step), *overrides]
+
+
+def compile_cache_env(cache_dir: str) -> dict:
+    """Env for subprocesses sharing one persistent XLA compilation cache, so restarts load instead of recompiling
+    (every executable cached, however small or quick to compile)."""
+    return {"JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def kill_events(stdout: str) -> list[tuple[str, int]]:
+    """The (event, step) hook calls a kill_worker run printed, in order."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("[kill_worker] event "):
+            event, step = line.split()[2:4]
+            out.append((event, int(step)))
+    return out
