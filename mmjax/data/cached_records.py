@@ -14,7 +14,7 @@ import numpy as np
 class CachedRecordIterator:
     """Resumable record batches from a feature cache (same protocol as `mmjax.data.pipeline.BatchIterator`)."""
 
-    def __init__(self, cache: FeatureCache, batch_size: int, seed: int, start=(0, 0)):
+    def __init__(self, cache, batch_size: int, seed: int, start=(0, 0)):
         records = cache.records()
         self.cache = cache
         self.image = np.array([r["image"] for r in records], np.int64)

@@ -2,7 +2,8 @@
 
 from mmjax.evaluation.compositional import evaluate_records, is_correct, summarize, task_metrics
 from mmjax.evaluation.controls import evaluate_with_controls, replacement_indices
-from mmjax.evaluation.embed import batched_apply, embed_retrieval_model, evaluate_retrieval, score_sets
+from mmjax.batching import batched_apply
+from mmjax.evaluation.embed import embed_retrieval_model, evaluate_retrieval, score_sets
 from mmjax.evaluation.registry import EVALUATORS, run_evaluator
 from mmjax.evaluation.run import resolve_evals, run_evals, summary_markdown, write_results
 from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds, retrieval_ranks

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mmjax.evaluation.embed import Progress
+from mmjax.batching import progress
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,12 @@ def score_records(records: Sequence, score_fn: Callable, *, image_sources: Seque
         pair_cap.extend(rec.captions)
         owner.extend([r] * len(rec.captions))
     flat = np.empty(len(pair_cap), np.float32)
-    progress = Progress("score records", len(pair_cap))
+    bar = progress(len(pair_cap), "[eval] score records", unit="pair")
     for start in range(0, len(pair_cap), batch_size):
         stop = min(start + batch_size, len(pair_cap))
         flat[start:stop] = np.asarray(score_fn(pair_img[start:stop], pair_cap[start:stop]), np.float32)
-        progress.update(stop)
+        bar.update(stop - start)
+    bar.close()
     if not np.all(np.isfinite(flat)):
         raise ValueError(f"score_fn returned {np.sum(~np.isfinite(flat))} non-finite scores")
     out: list = [None] * len(records)

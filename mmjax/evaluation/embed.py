@@ -1,13 +1,13 @@
 """Embed each modality once, then score every image set against every caption set in tiles.
 
-Embedding (`batched_apply`): one jitted call per fixed-size batch; the last batch is padded with copies of the last
-row (edge padding keeps masked towers finite) and a row-validity mask slices the padding off again, so a data set of
-any size compiles the embedding function exactly once.
+Embedding (`mmjax.batching.batched_apply`): one jitted call per fixed-size batch; the last batch is padded with
+copies of the last row (edge padding keeps masked towers finite) and the padding is sliced off again, so a data set
+of any size compiles the embedding function exactly once.
 
 Scoring (`score_sets`): S[i, n] = s(V_i, T_n) for a set similarity `kind` of `mmjax.similarity` (e.g. `'maxmatch'`
 exact assignment S_H, `'maxmatch_topk'` inference, `'smooth_chamfer'`, `'mil'`). The host loops over image chunks of
 `image_chunk` sets; inside one jitted call the captions are split into tiles of `caption_tile` sets and reduced under
-`lax.map`, so peak device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the cosine matmul of each
+`lax.map` (one tile: no map), so peak device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the cosine matmul of each
 tile is one (image_chunk·K_V) × (caption_tile·K_T) GEMM. COCO 5K (5 000 × 25 000 sets, K = 4) therefore never holds
 more than one tile of blocks (defaults 256 × 32 768: all 25 000 captions in one tile, 256·25 000·16 floats ≈ 0.4 GB;
 on CPU a `lax.map` over several caption tiles runs ~1.5× slower than one big GEMM, so prefer one tile when it fits); the [n_images, n_captions] float32 score matrix (500 MB) lives on the host.
@@ -15,6 +15,10 @@ on CPU a `lax.map` over several caption tiles runs ~1.5× slower than one big GE
 `evaluate_retrieval` turns the score matrix into R@1/5/10 both ways, RSUM and median/mean ranks
 (`mmjax.evaluation.retrieval`), over the whole set ("all", e.g. COCO 5K) and as the mean of equal contiguous image
 folds ("folds5", COCO 1K), for each requested similarity kind (MaxMatch: both `'maxmatch_topk'` and `'maxmatch'`).
+
+Kinds covered by `mmjax.similarity.slab_supported` (`maxmatch_topk`; `maxmatch` with the enumerate solver, K ≤ 5)
+run in the element-major slab form: one GEMM, then one fused elementwise pass over the K_V·K_T cell slabs
+(docs/design.md#all-pairs-similarity).
 """
 
 from __future__ import annotations
@@ -23,70 +27,17 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.batching import batched_apply, pad_rows, progress
 from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds
 from mmjax.similarity import pairwise_set_similarity, slab_cosines, slab_similarity, slab_supported
 
 log = logging.getLogger(__name__)
-
-
-class Progress:
-    """Periodic line "name: done/total (rate/s, ETA s)" — at most one every `every_s` seconds; name None = silent."""
-
-    def __init__(self, name: str, total: int, *, every_s: float = 10.0, logger: logging.Logger | None = None):
-        self.name, self.total, self.every_s = name, total, every_s
-        self.logger = logger or log
-        self.start = self.last = time.perf_counter()
-
-    def update(self, done: int) -> None:
-        now = time.perf_counter()
-        if self.name is None or (now - self.last < self.every_s and done < self.total):
-            return
-        self.last = now
-        rate = done / max(now - self.start, 1e-9)
-        eta = (self.total - done) / max(rate, 1e-9)
-        # Printed (not logged): the mains keep absl logging at WARNING to hide Orbax's per-file lines.
-        print(f"[eval] {self.name}: {done}/{self.total} ({rate:.1f}/s, ETA {eta:.0f} s)", flush=True)
-
-
-def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
-    """Pads the leading axis to n rows by repeating the last row (never zeros: an all-masked row could be NaN)."""
-    if x.shape[0] == n:
-        return x
-    return np.concatenate([x, np.repeat(x[-1:], n - x.shape[0], axis=0)], axis=0)
-
-
-def batched_apply(fn: Callable, inputs: Sequence, *, batch_size: int = 256, name: str = "embed",
-                  jit: bool = True) -> dict | np.ndarray:
-    """Applies `fn(*batch)` to fixed-size batches of `inputs` (arrays sharing the leading axis; None passes through)
-    and concatenates the outputs (any pytree of arrays with a leading batch axis; None leaves are dropped).
-
-    The last batch is edge-padded to `batch_size` so `fn` is traced once; the padded rows are sliced off.
-    """
-    arrays = [None if x is None else np.asarray(x) for x in inputs]
-    sizes = {x.shape[0] for x in arrays if x is not None}
-    if len(sizes) != 1:
-        raise ValueError(f"inputs must share one leading dimension, got {sorted(sizes)}")
-    n = sizes.pop()
-    if n == 0:
-        raise ValueError("nothing to embed (0 rows)")
-    batch_size = max(1, min(batch_size, n))
-    call = jax.jit(fn) if jit else fn
-    progress = Progress(name, n)
-    outs = []
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        batch = [None if x is None else _pad_rows(x[start:stop], batch_size) for x in arrays]
-        out = call(*batch)
-        valid = stop - start  # the row-validity mask of this batch is arange(batch_size) < valid
-        outs.append(jax.tree_util.tree_map(lambda y, v=valid: np.asarray(y)[:v], out))
-        progress.update(stop)
-    return jax.tree_util.tree_map(lambda *ys: np.concatenate(ys, axis=0), *outs)
 
 
 def embed_retrieval_model(model, variables, images, image_mask, captions, caption_mask, *,
@@ -98,8 +49,8 @@ def embed_retrieval_model(model, variables, images, image_mask, captions, captio
     def embed_captions(ids, m):
         return model.apply(variables, ids, m, method="embed_captions")
 
-    img = batched_apply(embed_images, (images, image_mask), batch_size=batch_size, name="embed images")
-    txt = batched_apply(embed_captions, (captions, caption_mask), batch_size=batch_size, name="embed captions")
+    img = batched_apply(embed_images, (images, image_mask), batch_size=batch_size, name="[eval] embed images")
+    txt = batched_apply(embed_captions, (captions, caption_mask), batch_size=batch_size, name="[eval] embed captions")
     return keep_set_arrays(img), keep_set_arrays(txt)
 
 
@@ -168,21 +119,22 @@ def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 
     caption_tile = max(1, min(caption_tile, bb))
     n_tiles = math.ceil(bb / caption_tile)
     slabs = slab_supported(kind, a.shape[1], b.shape[1], **kw)
-    b_tiles = jnp.asarray(_pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:]))
+    b_tiles = jnp.asarray(pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:]))
     if slabs:  # element-major caption tiles, transposed once per call rather than once per image chunk
         b_tiles = _element_major_tiles(b_tiles)
     bm_tiles = None if b_mask is None else jnp.asarray(
-        _pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
+        pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
     kw_items = _freeze(kw)
     out = np.empty((ba, bb), np.float32)
-    progress = Progress(name or f"score {kind}", ba)
+    bar = progress(ba, name or f"[eval] score {kind}", unit="image")
     for start in range(0, ba, image_chunk):
         stop = min(start + image_chunk, ba)
-        chunk_mask = None if a_mask is None else jnp.asarray(_pad_rows(a_mask[start:stop], image_chunk))
-        chunk = _score_chunk(jnp.asarray(_pad_rows(a[start:stop], image_chunk)), chunk_mask, b_tiles, bm_tiles,
+        chunk_mask = None if a_mask is None else jnp.asarray(pad_rows(a_mask[start:stop], image_chunk))
+        chunk = _score_chunk(jnp.asarray(pad_rows(a[start:stop], image_chunk)), chunk_mask, b_tiles, bm_tiles,
                              kind, kw_items, slabs)
         out[start:stop] = np.asarray(chunk)[:stop - start, :bb]
-        progress.update(stop)
+        bar.update(stop - start)
+    bar.close()
     return out
 
 

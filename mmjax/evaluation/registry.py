@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from mmjax.batching import batched_apply
 from mmjax.evaluation import controls, embed, set_analysis, zeroshot
 
 
@@ -34,10 +35,10 @@ def _sets(cfg: dict, context: dict) -> tuple[dict, dict]:
     if "image_sets" in context:
         return context["image_sets"], context["caption_sets"]
     bs = cfg.get("batch_size", 256)
-    img = embed.batched_apply(context["embed_images"], (context["images"], context.get("image_mask")),
-                              batch_size=bs, name="embed images")
-    txt = embed.batched_apply(context["embed_captions"], (context["captions"], context.get("caption_mask")),
-                              batch_size=bs, name="embed captions")
+    img = batched_apply(context["embed_images"], (context["images"], context.get("image_mask")),
+                              batch_size=bs, name="[eval] embed images")
+    txt = batched_apply(context["embed_captions"], (context["captions"], context.get("caption_mask")),
+                              batch_size=bs, name="[eval] embed captions")
     # Cache so set_analysis after retrieval on the same context does not embed twice.
     context["image_sets"], context["caption_sets"] = embed.keep_set_arrays(img), embed.keep_set_arrays(txt)
     return context["image_sets"], context["caption_sets"]

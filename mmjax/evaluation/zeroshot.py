@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mmjax.evaluation.embed import Progress
+from mmjax.batching import progress
 
 # A subset of the CLIP prompt templates (openai/CLIP notebooks "Prompt_Engineering_for_ImageNet").
 DEFAULT_TEMPLATES = ("a photo of a {}.", "a blurry photo of a {}.", "a photo of the large {}.",
@@ -54,14 +54,15 @@ def zeroshot_classify(score_matrix_fn: Callable, images, labels, class_names: Se
     labels = np.asarray(labels, np.int64)
     n = len(labels)
     logits = np.empty((n, n_c), np.float32)
-    progress = Progress("zero-shot", n)
+    bar = progress(n, "[eval] zero-shot", unit="image")
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
         s = np.asarray(score_matrix_fn(images[start:stop], prompts), np.float32)
         if s.shape != (stop - start, len(prompts)):
             raise ValueError(f"score_matrix_fn returned {s.shape}, expected {(stop - start, len(prompts))}")
         logits[start:stop] = s.reshape(stop - start, n_c, n_t).mean(axis=-1)
-        progress.update(stop)
+        bar.update(stop - start)
+    bar.close()
     out = {"n": n, "classes": n_c, "templates": n_t, "chance_top1": 100.0 / n_c,
            **topk_accuracy(logits, labels)}
     if return_logits:

@@ -16,7 +16,8 @@ import numpy as np
 
 from mmjax.data.pipeline import BatchIterator, PipelineConfig
 from mmjax.data.sources import RetrievalSplits
-from mmjax.evaluation.embed import batched_apply, keep_set_arrays
+from mmjax.batching import batched_apply
+from mmjax.evaluation.embed import keep_set_arrays
 from mmjax.evaluation.run import retrieval_kinds
 from mmjax.evaluation.scorers import set_pairs, shapesworld_suites_context
 from mmjax.losses import maxmatch_objective, similarity_options

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from mmjax.evaluation.embed import batched_apply, embed_retrieval_model, evaluate_retrieval, score_sets
+from mmjax.batching import batched_apply
+from mmjax.evaluation.embed import embed_retrieval_model, evaluate_retrieval, score_sets
 from mmjax.models.retrieval import SetRetrievalModel
 from mmjax.similarity import pairwise_set_similarity
 
