@@ -135,7 +135,7 @@ SCHEMA = {
         "flowclip.alpha": Num(ge=0), "flowclip.tau_p": Num(gt=0), "flowclip.pool": Choice(FLOWCLIP_POOLS),
         "flowclip.lambda_cimr": Num(ge=0), "flowclip.cimr_kappa": KAPPA, "flowclip.cimr_kappa_stop_grad": BOOL,
         "flowclip.mask_invalid_negatives": BOOL, "flowclip.use_local": BOOL, "flowclip.donor_tries": Int(ge=1),
-        "flowclip.score_chunk_images": Int(ge=1), "flowclip.all_pairs": Choice(ALL_PAIRS_METHODS),
+        "flowclip.score_chunk_images": Int(ge=0), "flowclip.score_chunk_bytes": Int(ge=1), "flowclip.all_pairs": Choice(ALL_PAIRS_METHODS),
         "flowclip.max_tokens": Int(ge=1), "flowclip.logit_scale_init": Num(gt=0),
         "flowclip.logit_scale_max": Num(gt=0),
     },

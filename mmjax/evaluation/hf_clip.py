@@ -40,6 +40,7 @@ from mmjax.data.clip_preprocess import preprocess_batch
 from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs
 from mmjax.normalize import unit_normalize
 from mmjax.flowclip import score_pairs
+from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES
 from mmjax.models.feature_cache import clip_encoders
 from mmjax.models.hf import load_hf_clip
 
@@ -181,7 +182,9 @@ class HFCLIPEvaluation:
         img = {k: jnp.asarray(v, jnp.float32) for k, v in img.items()}
         txt = {k: v if k == "valid" else jnp.asarray(v, jnp.float32) for k, v in txt.items()}
         return score_pairs(self.head_params, img, txt, alpha=fc["alpha"], tau_p=fc["tau_p"], pool=fc["pool"],
-                           method=fc["all_pairs"], chunk_size=fc["score_chunk_images"], use_local=fc["use_local"])
+                           method=fc["all_pairs"], chunk_size=fc["score_chunk_images"] or None,
+                           chunk_budget_bytes=fc.get("score_chunk_bytes", DEFAULT_CHUNK_BUDGET_BYTES),
+                           use_local=fc["use_local"])
 
     def score_matrix(self, img: dict, txt: dict) -> np.ndarray:
         """[n_images, n_texts] scores: cosine, or the head in fixed-size blocks (one compilation)."""

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from mmjax.flowclip.all_pairs import METHODS, icer_local_score
+from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES, METHODS, icer_local_score
 from mmjax.flowclip.donors import DONOR_TAG, choose_donors
 from mmjax.flowclip.losses import cimr_loss, hnb_loss
 from mmjax.flowclip.scorer import POOLS, global_m_score
@@ -29,7 +29,8 @@ class ObjectiveConfig:
     cimr_kappa_stop_grad: stop_gradient on κ [default True]. mask_invalid_negatives: drop invalid negatives from the
     I2T denominator [default True]; CIMR always requires a valid negative. use_local: False → Global-M.
     donor_tries: cyclic derangements tried per step [default 4]. score_chunk_images: images per scorer chunk
-    [default 32]. all_pairs: 'gram' | 'direct' | 'reference'.
+    (0 [default]: chosen from `score_chunk_bytes`, a memory budget [default 32 MiB]; `all_pairs.chunk_for_budget`).
+    all_pairs: 'gram' | 'direct' | 'reference'.
     """
 
     alpha: float = 1.0
@@ -41,7 +42,8 @@ class ObjectiveConfig:
     mask_invalid_negatives: bool = True
     use_local: bool = True
     donor_tries: int = 4
-    score_chunk_images: int = 32
+    score_chunk_images: int = 0
+    score_chunk_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES
     all_pairs: str = "gram"
 
     def __post_init__(self):
@@ -98,7 +100,8 @@ def flowclip_objective(params, logit_scale, batch, rng=None, config=None, **over
     mean_abs_local = jnp.zeros(())
     if cfg.use_local:
         s_local = icer_local_score(params, image, texts, tau_p=cfg.tau_p, pool=cfg.pool, method=cfg.all_pairs,
-                                   chunk_size=cfg.score_chunk_images)
+                                   chunk_size=cfg.score_chunk_images or None,
+                                   chunk_budget_bytes=cfg.score_chunk_bytes)
         scores = scores + cfg.alpha * s_local
         mean_abs_local = jnp.mean(jnp.abs(s_local))
     pos_scores, neg_scores = scores[:, :b], scores[:, b:]

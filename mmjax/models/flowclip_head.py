@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from mmjax.flowclip import init_params, score_pairs
+from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES
 
 
 class FlowCLIPHead(nn.Module):
@@ -28,7 +29,8 @@ class FlowCLIPHead(nn.Module):
     tau_p: float = 0.02                # flowclip.tau_p
     pool: str = "logsumexp"            # flowclip.pool
     method: str = "gram"               # flowclip.all_pairs
-    chunk_size: int = 32               # flowclip.score_chunk_images
+    chunk_size: int = 0                # flowclip.score_chunk_images (0: from the memory budget)
+    chunk_budget_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES  # flowclip.score_chunk_bytes
     use_local: bool = True             # False: Global-M
     logit_scale_init: float = 1 / 0.07  # flowclip.logit_scale_init
     logit_scale_max: float = 100.0     # flowclip.logit_scale_max
@@ -51,4 +53,5 @@ class FlowCLIPHead(nn.Module):
 
     def __call__(self, image: Mapping[str, Any], text: Mapping[str, Any]) -> jax.Array:
         return score_pairs(self.scorer_params(), image, text, alpha=self.alpha, tau_p=self.tau_p, pool=self.pool,
-                           method=self.method, chunk_size=self.chunk_size, use_local=self.use_local)
+                           method=self.method, chunk_size=self.chunk_size or None,
+                           chunk_budget_bytes=self.chunk_budget_bytes, use_local=self.use_local)

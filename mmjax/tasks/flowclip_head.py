@@ -44,7 +44,8 @@ class FlowCLIPHeadTask:
         self.dim = self.caches["train"].meta["arrays"]["img_global"]["shape"][-1]
         fc = config.flowclip
         self.head = FlowCLIPHead(self.dim, alpha=fc.alpha, tau_p=fc.tau_p, pool=fc.pool, method=fc.all_pairs,
-                                 chunk_size=fc.score_chunk_images, use_local=fc.use_local,
+                                 chunk_size=fc.score_chunk_images, chunk_budget_bytes=fc.score_chunk_bytes,
+                                 use_local=fc.use_local,
                                  logit_scale_init=fc.logit_scale_init, logit_scale_max=fc.logit_scale_max)
         self.examples_per_step = d.batch_size
 

@@ -160,8 +160,9 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
                   batch_size=256)
     c.flowclip = dict(alpha=1.0, tau_p=0.02, pool="logsumexp", lambda_cimr=0.1, cimr_kappa="logit_scale",
                       cimr_kappa_stop_grad=True, mask_invalid_negatives=True, use_local=True, donor_tries=4,
-                      score_chunk_images=32, all_pairs="gram", max_tokens=32, logit_scale_init=1 / 0.07,
-                      logit_scale_max=100.0)
+                      # score_chunk_images 0: the image chunk comes from the byte budget (chunk_for_budget)
+                      score_chunk_images=0, score_chunk_bytes=32 << 20, all_pairs="gram", max_tokens=32,
+                      logit_scale_init=1 / 0.07, logit_scale_max=100.0)
     c.optim = optim_config(name="adam", lr=1e-3, schedule="constant", warmup_steps=0, clip_norm=None)
     c.train = train_config(num_epochs=5, eval_every=0, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
