@@ -1,4 +1,4 @@
-"""Flow-CLIP / Global-M heads trained on cached features of a frozen CLIP (docs/design.md#flow-clip).
+"""Flow-CLIP / Global-M heads trained on cached features of a frozen CLIP (docs/design.md#flowclip).
 
 Features: `mmjax.models.feature_cache` directories (`data.cache_dir/{train,val}`). For ShapesWorld they are written
 on first use from the exported run of `configs/clip_shapes.py` (`data.clip_workdir`,
