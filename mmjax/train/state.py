@@ -51,7 +51,3 @@ def abstract_with_shardings(state_or_abstract, shardings):
     """ShapeDtypeStructs carrying shardings: the restore target for Orbax (any mesh)."""
     return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                                   state_or_abstract, shardings)
-
-
-def count_params(params) -> int:
-    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
