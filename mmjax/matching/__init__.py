@@ -15,7 +15,8 @@ Public API:
 - Solvers by name (`SOLVERS`): single-problem functions `A[K, K] -> perm[K]` batched with `vmap`:
   `"enumerate"` (exact, K ≤ 8), `"auction"` (ε-scaling Jacobi auction + certificate; uncertified problems are repaired
   with an exact solver, so the result is exact), `"hungarian"` (optax reference), and `"auto"`, which picks by backend
-  and K from `AUTO_TABLE` (measured by `bench/matching.py`; see docs/benchmarks.md).
+  and K from `AUTO_TABLE` (CPU row measured by `bench/matching.py`, GPU/TPU rows from its cost model; see
+  docs/benchmarks.md).
 
 Masks: `mask` is None, a pair `(row_mask[..., n], col_mask[..., m])`, or a cell mask `[..., n, m]`; masked or padded
 elements never match a valid one while a valid partner exists (maximum-cardinality matching), using a large finite
@@ -43,11 +44,19 @@ __all__ = ["solve", "solve_with_aux", "sinkhorn_plan", "SOLVERS", "AUTO_TABLE", 
 
 SOLVERS = ("enumerate", "auction", "hungarian", "sinkhorn", "auto")
 
-# (max K, solver) rows, first match wins; per backend. Measured with bench/matching.py (docs/benchmarks.md).
+# (max K, solver) rows, first match wins; per backend.
+# "cpu": measured with bench/matching.py (docs/benchmarks.md): enumerate is fastest to K = 5; at K = 8 the Hungarian
+# still beats the auction on cosine blocks (auction 0.5–0.7×), from K = 16 the auction wins (cosine and integer ties).
+# K = 9..15 were not measured; the switch is placed at the first measured K where the auction wins.
+# "gpu"/"tpu": NOT measured (no accelerator was available) — set from the cost model in bench/matching.py (sequential
+# while-loop trips on the critical path, which dominate a batched call on an accelerator, and work per problem):
+# enumerate is one pass while its K!·K² work is affordable; at K = 8 the auction's critical path is no shorter than
+# the Hungarian's (71 vs 65 trips) for ~10× the work; from K = 16 it is 1.3–3.7× shorter (103 vs 212 trips at K = 16,
+# 484 vs 607 at 32, 448 vs 1669 at 64).
 AUTO_TABLE = {
-    "cpu": ((5, "enumerate"), (None, "hungarian")),
-    "gpu": ((5, "enumerate"), (None, "hungarian")),
-    "tpu": ((5, "enumerate"), (None, "hungarian")),
+    "cpu": ((5, "enumerate"), (8, "hungarian"), (None, "auction")),
+    "gpu": ((5, "enumerate"), (8, "hungarian"), (None, "auction")),
+    "tpu": ((5, "enumerate"), (8, "hungarian"), (None, "auction")),
 }
 
 
@@ -124,9 +133,11 @@ def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto
                    sinkhorn=None, backend: str | None = None, auto_table=None):
     """Like `solve`, also returning diagnostics (see module docstring).
 
-    Options: `pad_penalty` ('auto' or a float), `auction` = dict(eps_start_frac=0.25, theta=0.25, tol_cert=1e-5,
+    Options: `pad_penalty` ('auto' or a float), `auction` = dict(eps_start_frac=0.005, theta=0.1, tol_cert=1e-5,
     max_iters_per_phase=16K+64, loop='while', certificate='bellman_ford', eps_final=None (1e-3 with the
-    Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, repair_capacity_frac=0.01),
+    Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, compaction=4.0, min_buffer=64,
+    integer_eps=True, warm_start='dual', chunk_elems=2**18, repair_capacity_frac=0.01) — see
+    `mmjax.matching.auction`;
     `sinkhorn` = dict(tau=0.05, iters=20).
     """
     scores = jnp.asarray(scores)
