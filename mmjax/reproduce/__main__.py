@@ -1,0 +1,73 @@
+"""`python -m mmjax.reproduce --budget {smoke,default} --seeds N --out DIR [--cells a,b] [--report-only]`.
+
+Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
+DIR/reproduction.json and DIR/figures/ from every finished cell. Exit status 1 when a cell failed (the report is
+still written from the others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def parse_args(argv):
+    from mmjax.reproduce.grid import BUDGETS
+    p = argparse.ArgumentParser(prog="python -m mmjax.reproduce", description=__doc__.split("\n\n")[1])
+    p.add_argument("--budget", choices=BUDGETS, default="default",
+                   help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per cell (≥ 3 for verdicts at the default budget)")
+    p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
+    p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")
+    p.add_argument("--report-only", action="store_true", help="only re-render the report from finished cells")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be >= 1, got {args.seeds}")
+    return args
+
+
+def command_line(args) -> str:
+    parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}", f"--out {args.out}"]
+    if args.cells:
+        parts.append(f"--cells {args.cells}")
+    return " ".join(parts)
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
+    from mmjax.reproduce.grid import make_grid
+    from mmjax.reproduce.report import write_report
+    from mmjax.reproduce.runner import check_budget, load_cell, run_grid
+    try:
+        cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None)
+        check_budget(args.out, args.budget, args.seeds)
+    except ValueError as e:  # a bad cell name or a directory of another budget: say so, no traceback
+        print(f"python -m mmjax.reproduce: error: {e}", file=sys.stderr)
+        return 2
+    failed = []
+    if not args.report_only:
+        t0 = time.perf_counter()
+        status = run_grid(cells, args.out, args.budget)
+        failed = status["failed"]
+        print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
+              f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)
+    records = [r for r in (load_cell(c, args.out) for c in cells) if r is not None]
+    if not records:
+        print(f"[reproduce] no finished cells in {args.out}: nothing to report", file=sys.stderr)
+        return 1
+    report = write_report(records, args.out, budget=args.budget, seeds=args.seeds, command=command_line(args))
+    verdicts = {}
+    for row in report["claims"]:
+        verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
+    print(f"[reproduce] {os.path.join(args.out, 'reproduction.md')}: {len(report['claims'])} claim rows {verdicts}; "
+          f"figures {sorted(report['figures'])}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The paper claims the reproduction checks, and the verdict rule (docs/design.md#reproduction).
+
+Every claim row is one difference between two grid cells on one metric, d = mean(b) − mean(a) over seeds, beside the
+paper's own difference for the same comparison. The verdict rule, with n_a, n_b seeds and sample standard deviations
+s_a, s_b (ddof = 1):
+
+    pooled   s_p = sqrt(((n_a − 1) s_a² + (n_b − 1) s_b²) / (n_a + n_b − 2))
+    spread   t = 2 s_p
+    'increase' / 'decrease' claims (the paper's sign):
+        reproduced       sign(d) = expected sign  and |d| > t
+        reversed         sign(d) = −expected sign and |d| > t
+        not reproduced   otherwise (|d| ≤ t: the difference does not exceed the seed spread)
+    'no_loss' claims (the paper reports b ≈ a or better):
+        reproduced       d ≥ −t;   reversed   d < −t
+    fewer than 2 seeds on either side: 'inconclusive (1 seed)' — no spread to compare with;
+    a cell or metric that was not run: 'missing'.
+
+Paper numbers and where they come from are in `CLAIMS` (`source`); the ShapesWorld metrics that stand in for the
+papers' benchmarks are named in `mmjax.reproduce.metrics`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+KINDS = ("increase", "decrease", "no_loss")
+VERDICTS = ("reproduced", "not reproduced", "reversed", "inconclusive (1 seed)", "missing")
+VERDICT_RULE = (
+    "Each claim row compares two cells on one metric: Δ = mean(b) − mean(a) over seeds, with the pooled seed "
+    "standard deviation s_p = sqrt(((n_a − 1)s_a² + (n_b − 1)s_b²)/(n_a + n_b − 2)) and the spread t = 2·s_p. "
+    "A directional claim is **reproduced** when Δ has the paper's sign and |Δ| > t, **reversed** when Δ has the "
+    "opposite sign and |Δ| > t, and **not reproduced** when |Δ| ≤ t (the difference does not exceed the seed "
+    "spread). A 'no loss' claim (the paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
+    "otherwise. With fewer than 2 seeds on either side the verdict is **inconclusive (1 seed)**; a cell or metric "
+    "that was not produced gives **missing**. Verdicts use the best-on-validation parameters; the final-state "
+    "verdict is mentioned in the evidence when it differs.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One row of the claims table: metric(b) − metric(a) should move as `kind` says (paper: a → b)."""
+    id: str
+    group: str          # the paper claim this row belongs to (rows of one claim share it)
+    text: str           # what the paper says, in words
+    a: str              # grid cell names (`mmjax.reproduce.grid`)
+    b: str
+    metric: str         # key of `mmjax.reproduce.metrics.cell_metrics`
+    paper_a: float | None
+    paper_b: float | None
+    source: str
+    kind: str = "increase"
+    paper_diff: float | None = None   # when the paper states the difference itself (unrounded values)
+    setting: str = ""   # what differs between the paper's setting and ours (evidence for a miss)
+
+    @property
+    def paper_delta(self) -> float | None:
+        if self.paper_diff is not None:
+            return self.paper_diff
+        if self.paper_a is None or self.paper_b is None:
+            return None
+        return round(self.paper_b - self.paper_a, 2)
+
+
+_MM_SETTING = ("paper: COCO 5K, Faster R-CNN regions + BERT, 80 epochs; ours: ShapesWorld regions, random-init "
+               "Bi-GRU text")
+_MM_ABL = "MaxMatch paper, ablation table (COCO 5K, Faster R-CNN + BERT, single model)"
+_FC_SETTING = ("paper: CLIP ViT-B/32 heads trained on COCO, ARO/SugarCrepe benchmarks; ours: small ShapesWorld CLIP, "
+               "ShapesWorld suites")
+
+CLAIMS: tuple[Claim, ...] = (
+    # Ablation order 439.57 < 441.23 < 444.10 < 446.53 (the 2 × 2 grid), as its three adjacent steps.
+    Claim("ablation_1", "ablation order", "S_H beats smooth-Chamfer with Div + MMD", "sc_divmmd", "sh_divmmd", "rsum",
+          439.57, 441.23, _MM_ABL, setting=_MM_SETTING),
+    Claim("ablation_2", "ablation order", "smooth-Chamfer + GD + ISD beats S_H with Div + MMD only", "sh_divmmd",
+          "sc_full", "rsum", 441.23, 444.10, _MM_ABL, setting=_MM_SETTING),
+    Claim("ablation_3", "ablation order", "S_H + GD + ISD is best", "sc_full", "sh_full", "rsum", 444.10, 446.53,
+          _MM_ABL, setting=_MM_SETTING),
+    # Circular variance (mean log CV of the image elements; higher = less collapsed): MIL < smooth-Chamfer < MaxMatch.
+    Claim("cv_1", "circular variance order", "smooth-Chamfer's elements spread more than MIL's", "mil_divmmd",
+          "sc_divmmd", "cv_log_image", -7.35, -2.13, "MaxMatch paper Tab. 4 (Flickr30K) [secondary source]",
+          setting=_MM_SETTING + "; the paper's modality is not stated (ours: image elements)"),
+    Claim("cv_2", "circular variance order", "MaxMatch's elements spread more than smooth-Chamfer's", "sc_divmmd",
+          "sh_full", "cv_log_image", -2.13, -1.68, "MaxMatch paper Tab. 4 (Flickr30K) [secondary source]",
+          setting=_MM_SETTING + "; the paper's modality is not stated (ours: image elements)"),
+    # Single elements: RSUM(full set) − RSUM(weakest single image element). Paper (COCO 5K): MIL 439.0 − 302.1,
+    # MaxMatch 446.5 − 437.9, smooth-Chamfer ≈ 0 ("almost any single element ≈ 439" of 439.6).
+    Claim("single_1", "single-element pattern", "MIL's weakest element falls far below its full set, MaxMatch's not",
+          "sh_full", "mil_divmmd", "single_gap", 8.6, 136.9, "MaxMatch paper, single-element analysis (COCO 5K)",
+          setting=_MM_SETTING),
+    Claim("single_2", "single-element pattern", "smooth-Chamfer's single elements ≈ its full set (smaller gap than "
+          "MaxMatch's)", "sh_full", "sc_divmmd", "single_gap", 8.6, 0.6,
+          "MaxMatch paper, single-element analysis (COCO 5K); smooth-Chamfer gap ≈ 439.6 − 439",
+          kind="decrease", setting=_MM_SETTING),
+    Claim("pvse_plugin", "PVSE plug-in gain", "MaxMatch similarity and losses in PVSE beat PVSE", "pvse",
+          "pvse_maxmatch", "rsum", 432.6, 450.6, "MaxMatch paper, PVSE-architecture experiment (Flickr30K 1K)",
+          setting="paper: Flickr30K 1K, ResNet-152 + GRU PVSE; ours: ShapesWorld regions"),
+    # Flow-CLIP: the local (ICER) branch gains on binding over Global-M.
+    Claim("binding_cimr", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB + CIMR heads)",
+          "globalm_cimr", "flowclip_cimr", "binding_real", None, None,
+          "Flow-CLIP paper Tab. 6 (ViT-B/32, five-task binding mean)", paper_diff=2.91, setting=_FC_SETTING),
+    Claim("binding_hnb", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB heads)", "globalm_hnb",
+          "flowclip_hnb", "binding_real", None, None,
+          "Flow-CLIP paper (the local branch's binding gain; no HNB-only number)", setting=_FC_SETTING),
+    # CIMR makes the score depend on the image: accuracy with the wrong image drops, Real is kept.
+    Claim("cimr_shuffle", "CIMR controls", "CIMR lowers ARO accuracy under Shuffle", "flowclip_hnb", "flowclip_cimr",
+          "aro_shuffle", 48.75, 35.66, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="decrease", paper_diff=-13.08,
+          setting=_FC_SETTING),
+    Claim("cimr_fixed", "CIMR controls", "CIMR lowers ARO accuracy under Fixed", "flowclip_hnb", "flowclip_cimr",
+          "aro_fixed", 50.17, 37.21, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="decrease", paper_diff=-12.96,
+          setting=_FC_SETTING),
+    Claim("cimr_real", "CIMR controls", "CIMR keeps Real ARO accuracy", "flowclip_hnb", "flowclip_cimr", "aro_real",
+          85.75, 85.91, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="no_loss", setting=_FC_SETTING),
+)
+
+
+def _check_claims(claims) -> None:
+    ids = [c.id for c in claims]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate claim ids in {ids}")
+    for c in claims:
+        if c.kind not in KINDS:
+            raise ValueError(f"claim {c.id}: kind must be one of {KINDS}, got {c.kind!r}")
+        d = c.paper_delta
+        if d is not None and c.kind != "no_loss" and (d > 0) != (c.kind == "increase"):
+            raise ValueError(f"claim {c.id}: paper difference {d} contradicts kind {c.kind!r}")
+
+
+_check_claims(CLAIMS)
+
+
+def pooled_std(a, b) -> float:
+    """s_p of the module docstring (needs ≥ 2 values on one side at least; ≥ 2 on both for `verdict`)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    dof = len(a) + len(b) - 2
+    if dof < 1:
+        raise ValueError(f"pooled std needs ≥ 3 values in all, got {len(a)} + {len(b)}")
+    ss = (len(a) - 1) * (a.var(ddof=1) if len(a) > 1 else 0.0) + (len(b) - 1) * (b.var(ddof=1) if len(b) > 1 else 0.0)
+    return float(math.sqrt(ss / dof))
+
+
+def verdict(a, b, kind: str = "increase") -> dict:
+    """The verdict of the module docstring for per-seed values `a`, `b` (lists of floats; NaN = failed run).
+
+    Returns {"verdict", "diff" (mean b − mean a, or None), "threshold" (2 s_p, or None), "n": [n_a, n_b]}."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    a = [float(x) for x in (a or ()) if x is not None and math.isfinite(float(x))]
+    b = [float(x) for x in (b or ()) if x is not None and math.isfinite(float(x))]
+    out = {"diff": None, "threshold": None, "n": [len(a), len(b)]}
+    if not a or not b:
+        return {**out, "verdict": "missing"}
+    d = float(np.mean(b) - np.mean(a))
+    out["diff"] = d
+    if min(len(a), len(b)) < 2:
+        return {**out, "verdict": "inconclusive (1 seed)"}
+    t = 2.0 * pooled_std(a, b)
+    out["threshold"] = t
+    if kind == "no_loss":
+        return {**out, "verdict": "reproduced" if d >= -t else "reversed"}
+    sign = 1.0 if kind == "increase" else -1.0
+    if abs(d) <= t:
+        return {**out, "verdict": "not reproduced"}
+    return {**out, "verdict": "reproduced" if sign * d > 0 else "reversed"}

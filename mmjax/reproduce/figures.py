@@ -1,0 +1,115 @@
+"""Bar charts of the reproduction (matplotlib, Agg): mean ± std over seeds as error bars, one PNG each.
+
+    ablation_rsum.png      test RSUM of the ablation and baseline cells
+    flowclip_binding.png   binding mean (Real images) of the frozen CLIP and the four heads, chance as a line
+    flowclip_controls.png  ARO-style mean of the same cells under Real / Shuffle / Fixed images, chance as a line
+
+`aggregate` is `mmjax.reproduce.report.aggregate`'s output; `which` is 'best' (best-on-validation parameters, the
+final ones for a cell without a best export — the report's grid table notes which) or 'final'.
+"""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+CONTROLS = ("real", "shuffle", "fixed")
+
+
+def _stat(cell: dict, which: str, metric: str) -> tuple[float, float]:
+    s = cell["metrics"][which].get(metric)
+    if not s or s["mean"] is None:
+        return np.nan, 0.0
+    return s["mean"], s["std"]
+
+
+def _save(fig, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _seeds(cells) -> str:
+    ns = sorted({c["n_seeds"] for c in cells})
+    return f"{ns[0]} seed{'s' if ns[0] != 1 else ''}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]} seeds"
+
+
+def _bars(ax, labels, means, stds, colors=None):
+    x = np.arange(len(labels))
+    ax.bar(x, means, yerr=stds, capsize=4, color=colors or "tab:blue", alpha=0.85)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    for xi, m in zip(x, means):
+        if np.isfinite(m):
+            ax.annotate(f"{m:.1f}", (xi, m), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+
+
+def ablation_rsum(aggregate: dict, path: str, which: str = "best") -> str | None:
+    cells = [c for c in aggregate.values() if c["group"] in ("ablation", "baselines")]
+    if not cells:
+        return None
+    stats = [_stat(c, which, "rsum") for c in cells]
+    colors = ["tab:blue" if c["group"] == "ablation" else "tab:gray" for c in cells]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cells), 4.0))
+    _bars(ax, [c["label"] for c in cells], [m for m, _ in stats], [s for _, s in stats], colors)
+    ax.set_ylabel("test RSUM (paper inference score)")
+    ax.set_title(f"MaxMatch ablation (blue) and baselines (gray): RSUM, {which} parameters, mean ± std over "
+                 f"{_seeds(cells)}", fontsize=9)
+    return _save(fig, path)
+
+
+def flowclip_binding(aggregate: dict, path: str, which: str = "best") -> str | None:
+    cells = [c for c in aggregate.values() if c["group"] == "flowclip"]
+    if not cells:
+        return None
+    stats = [_stat(c, which, "binding_real") for c in cells]
+    fig, ax = plt.subplots(figsize=(1.5 + 0.9 * len(cells), 4.0))
+    _bars(ax, [c["label"] for c in cells], [m for m, _ in stats], [s for _, s in stats])
+    chance = _stat(cells[0], which, "binding_chance")[0]
+    if np.isfinite(chance):
+        ax.axhline(chance, color="k", ls="--", lw=1, label=f"chance {chance:.0f}%")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_ylabel("binding accuracy (%), Real images")
+    ax.set_title(f"ShapesWorld binding suites: frozen CLIP and heads ({which} parameters, mean ± std over "
+                 f"{_seeds(cells)})", fontsize=9)
+    return _save(fig, path)
+
+
+def flowclip_controls(aggregate: dict, path: str, which: str = "best") -> str | None:
+    cells = [c for c in aggregate.values() if c["group"] == "flowclip"]
+    if not cells:
+        return None
+    x = np.arange(len(cells))
+    width = 0.8 / len(CONTROLS)
+    fig, ax = plt.subplots(figsize=(1.5 + 1.1 * len(cells), 4.0))
+    for j, cond in enumerate(CONTROLS):
+        stats = [_stat(c, which, f"aro_{cond}") for c in cells]
+        ax.bar(x + (j - 1) * width, [m for m, _ in stats], width, yerr=[s for _, s in stats], capsize=3,
+               label=cond.capitalize())
+    chance = _stat(cells[0], which, "aro_chance")[0]
+    if np.isfinite(chance):
+        ax.axhline(chance, color="k", ls="--", lw=1, label=f"chance {chance:.0f}%")
+    ax.set_xticks(x)
+    ax.set_xticklabels([c["label"] for c in cells], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ARO-style mean accuracy (%)")
+    ax.legend(fontsize=8, title="image", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(f"Image-replacement controls (relation, binding, order; {which} parameters, mean ± std over "
+                 f"{_seeds(cells)})", fontsize=9)
+    return _save(fig, path)
+
+
+def write_figures(aggregate: dict, out: str) -> dict:
+    """All charts into `out/figures/`; {name: path relative to `out`} for those with data."""
+    made = {}
+    for name, fn in (("ablation_rsum", ablation_rsum), ("flowclip_binding", flowclip_binding),
+                     ("flowclip_controls", flowclip_controls)):
+        path = fn(aggregate, os.path.join(out, "figures", f"{name}.png"))
+        if path:
+            made[name] = os.path.relpath(path, out)
+    return made

@@ -1,0 +1,158 @@
+"""The reproduction grid: which cells are trained, from which config, at which budget (docs/design.md#reproduction).
+
+A cell is (name, a config builder applied to a base config from `configs/`, seed). Everything a cell does not name
+stays as its base config has it, so the ablation cells differ only in the fields their builder sets:
+
+    ablation   `configs/maxmatch_shapes.py` (triplet + InfoNCE base, same model, data, optimiser and budget) with
+               similarity ∈ {MIL, smooth-Chamfer, S_H} and regularisers Div + MMD, or Div + MMD + GD + ISD (the
+               paper's ablation adds GD + ISD on top of Div + MMD; its 444.10 / 446.53 rows carry both)
+    baselines  PVSE (MIL), Set Div (smooth-Chamfer), VSE∞ (K = 1) in their reference recipes (`configs/*_shapes.py`),
+               and PVSE with MaxMatch's similarity and GD + ISD (the plug-in experiment)
+    flowclip   the frozen ShapesWorld CLIP (`configs/clip_shapes.py`) and {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}
+               heads on it; the heads of seed k use the CLIP of seed k (each seed replicates the whole pipeline) and
+               share its feature cache
+
+Budgets: 'default' = each config's default variant (the main-job budget: 2 epochs for retrieval, 20 for the CLIP,
+5 for the heads) with validation every epoch, so every cell has a best-on-validation export; 'smoke' = the configs'
+`smoke` variants (ShapesWorld `tiny`, small models) cut to `SMOKE_STEPS` steps with one validation at the end.
+Every cell evaluates the test split itself (`final_eval` off); the data seed is fixed, the seed varies init and
+batch order (`config.seed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+from collections.abc import Callable
+
+BUDGETS = ("smoke", "default")
+SMOKE_STEPS = 4
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
+GROUPS = ("ablation", "baselines", "flowclip")
+
+
+@dataclasses.dataclass(frozen=True)
+class CellSpec:
+    name: str
+    group: str
+    label: str
+    config_file: str                    # configs/<config_file>.py
+    variant: str = ""                   # the config variant before the budget's ('smoke' is appended)
+    adjust: Callable | None = None      # adjust(config) -> None, the fields this cell changes
+    similarity: str | None = None       # training similarity (None: the model scores as a whole)
+    needs_clip: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    spec: CellSpec
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def workdir(self, out: str) -> str:
+        return os.path.join(out, "cells", self.spec.name, f"seed{self.seed}")
+
+
+def _loss(**fields):
+    def adjust(c):
+        c.loss.update(fields)
+    return adjust
+
+
+_DIV_MMD = dict(lambda_gd=0.0, lambda_isd=0.0)        # Div and MMD stay at the base config's weights
+_GD_ISD = dict(lambda_gd=0.1, lambda_isd=0.1)
+
+SPECS: tuple[CellSpec, ...] = (
+    CellSpec("mil_divmmd", "ablation", "MIL, Div+MMD", "maxmatch_shapes", adjust=_loss(similarity="mil", **_DIV_MMD),
+             similarity="mil"),
+    CellSpec("sc_divmmd", "ablation", "smooth-Chamfer, Div+MMD", "maxmatch_shapes",
+             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_DIV_MMD), similarity="smooth_chamfer"),
+    CellSpec("sh_divmmd", "ablation", "S_H, Div+MMD", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_DIV_MMD), similarity="maxmatch"),
+    CellSpec("sc_full", "ablation", "smooth-Chamfer, Div+MMD+GD+ISD", "maxmatch_shapes",
+             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD), similarity="smooth_chamfer"),
+    CellSpec("sh_full", "ablation", "S_H, Div+MMD+GD+ISD (MaxMatch)", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD), similarity="maxmatch"),
+    CellSpec("pvse", "baselines", "PVSE (MIL)", "pvse_shapes", similarity="mil"),
+    CellSpec("setdiv", "baselines", "Set Div (smooth-Chamfer)", "setdiv_shapes", similarity="smooth_chamfer"),
+    CellSpec("vse", "baselines", "VSE∞ (K = 1)", "vse_shapes", similarity="average"),
+    CellSpec("pvse_maxmatch", "baselines", "PVSE + MaxMatch (S_H, GD+ISD)", "pvse_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD), similarity="maxmatch"),
+    CellSpec("clip", "flowclip", "frozen CLIP (cosine)", "clip_shapes"),
+    CellSpec("globalm_hnb", "flowclip", "Global-M, HNB", "flowclip_shapes", "globalm_hnb", needs_clip=True),
+    CellSpec("globalm_cimr", "flowclip", "Global-M, HNB+CIMR", "flowclip_shapes", "globalm_cimr", needs_clip=True),
+    CellSpec("flowclip_hnb", "flowclip", "Flow-CLIP, HNB", "flowclip_shapes", "flowclip_hnb", needs_clip=True),
+    CellSpec("flowclip_cimr", "flowclip", "Flow-CLIP, HNB+CIMR", "flowclip_shapes", "flowclip_cimr", needs_clip=True),
+)
+SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+
+def load_config_module(name: str, config_dir: str = CONFIG_DIR):
+    path = os.path.join(config_dir, f"{name}.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config file {path} not found (the reproduction reads the repository's configs/)")
+    spec = importlib.util.spec_from_file_location(f"_mmjax_reproduce_configs_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _retrieval_evals(spec: CellSpec, config) -> dict:
+    """Every retrieval cell is scored with its own similarity, exact S_H and top-k inference; set analysis where
+    the model has sets. The compositional suites are left to the Flow-CLIP grid (the ablation reports none)."""
+    kinds = tuple(dict.fromkeys((spec.similarity, "maxmatch_topk", "maxmatch")))
+    evals = {"retrieval": {"type": "retrieval", "kinds": kinds}}
+    if config.model.set_head != "none":
+        evals["set_analysis"] = {"type": "set_analysis"}
+    return evals
+
+
+def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_DIR):
+    """The cell's full config at `budget` (its workdir is `cell.workdir(out)`)."""
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
+    spec = cell.spec
+    variant = ",".join(p for p in (spec.variant, "smoke" if budget == "smoke" else "") if p)
+    c = load_config_module(spec.config_file, config_dir).get_config(variant)
+    if spec.adjust is not None:
+        spec.adjust(c)
+    c.seed = int(cell.seed)
+    c.final_eval = False
+    if budget == "smoke":
+        c.train.update(num_epochs=0, num_steps=SMOKE_STEPS, eval_every=SMOKE_STEPS, eval_every_epoch=False,
+                       checkpoint_every=SMOKE_STEPS, log_every=2)
+    else:
+        c.train.eval_every_epoch = True  # validation each epoch picks the best checkpoint
+    if c.task == "retrieval":
+        c.evals = _retrieval_evals(spec, c)
+    if spec.needs_clip:
+        clip_dir = Cell(SPEC_BY_NAME["clip"], cell.seed).workdir(out)
+        c.data.clip_workdir = os.path.abspath(clip_dir)
+        c.data.cache_dir = os.path.abspath(os.path.join(clip_dir, "feature_cache"))
+    return c
+
+
+def make_grid(seeds: int, names=None) -> list[Cell]:
+    """Cells in run order: seed-major (a finished seed is a complete replicate), the CLIP before its heads."""
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    names = list(names) if names else [s.name for s in SPECS]
+    unknown = [n for n in names if n not in SPEC_BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown cell name(s) {unknown}; known: {sorted(SPEC_BY_NAME)}")
+    if any(SPEC_BY_NAME[n].needs_clip for n in names) and "clip" not in names:
+        names.append("clip")  # the heads need their frozen base
+    order = [s for s in SPECS if s.name in names]
+    return [Cell(s, k) for k in range(seeds) for s in order]
+
+
+def budget_summary(config) -> dict:
+    """Steps/epochs, batch size, data preset and validation cadence of a built cell config (for the report)."""
+    t = config.train
+    return {"num_epochs": int(t.num_epochs), "num_steps": int(t.num_steps),
+            "batch_size": int(config.data.batch_size), "preset": config.data.get("preset", "(frozen CLIP cache)"),
+            "validation": "every epoch" if t.get("eval_every_epoch") else f"every {int(t.eval_every)} steps"}

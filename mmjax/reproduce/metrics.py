@@ -1,0 +1,116 @@
+"""Flat per-cell numbers from an evaluation's results (`mmjax.experiment.evaluate`), and their seed statistics.
+
+`cell_metrics(results, similarity)` → {name: float}:
+
+    retrieval/<score>/<k>     R@1/5/10 and RSUM (k in RETRIEVAL_KEYS) of every score, protocol 'all' (the test split)
+    rsum                      the RSUM the claims compare: the paper's inference mode — top-k (`maxmatch_topk`) for
+                              S_H-trained cells, otherwise the cell's own score (its training similarity, CLIP cosine,
+                              the Flow-CLIP / Global-M head score)
+    cv/<modality>/<vectors>/{mean_cv, mean_log_cv}, cv_log_image (= cv/image/set/mean_log_cv)
+    single/full, single/element<i>   single-element RSUM (the cell's training similarity); single_gap = full − min_i
+    suite/<task>/<condition>  compositional accuracy (%) under Real / Shuffle / Fixed; suite/<task>/chance
+    binding_<condition>       mean accuracy over BINDING_SUITES (ShapesWorld's attribute-binding swaps: the stand-in
+                              for the Flow-CLIP paper's five-task binding mean)
+    aro_<condition>           mean accuracy over ARO_SUITES (relation, attribute binding, order — the stand-ins for
+                              ARO's VG-Relation, VG-Attribution and the two order tasks); binding_chance, aro_chance
+
+`cell_arrays(results)` → the non-scalar results the report shows (element-similarity matrix).
+`summarize(values)` → mean, sample std (ddof = 1; 0 for one seed), n and the values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RETRIEVAL_KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
+CONDITIONS = ("real", "shuffle", "fixed")
+BINDING_SUITES = ("binding", "binding_swap_obj", "binding_swap_size")
+ARO_SUITES = ("relation", "binding", "order")
+PROTOCOL = "all"
+
+
+def paper_score(scores, similarity: str | None) -> str | None:
+    """The retrieval score whose RSUM the claims compare (module docstring), among the evaluated `scores`."""
+    scores = list(scores)
+    if similarity == "maxmatch" and "maxmatch_topk" in scores:
+        return "maxmatch_topk"
+    if similarity in scores:
+        return similarity
+    return scores[0] if len(scores) == 1 else None
+
+
+def _retrieval(res: dict, similarity: str | None) -> dict:
+    out = {}
+    for score, by_protocol in res.items():
+        m = by_protocol.get(PROTOCOL) if isinstance(by_protocol, dict) else None
+        if isinstance(m, dict):
+            out.update({f"retrieval/{score}/{k}": float(m[k]) for k in RETRIEVAL_KEYS if k in m})
+    chosen = paper_score([s for s in res if f"retrieval/{s}/rsum" in out], similarity)
+    if chosen is not None:
+        out["rsum"] = out[f"retrieval/{chosen}/rsum"]
+    return out
+
+
+def _set_analysis(res: dict) -> dict:
+    out = {}
+    for side, by_vectors in (res.get("circular_variance") or {}).items():
+        for vectors, v in by_vectors.items():
+            out.update({f"cv/{side}/{vectors}/{k}": float(v[k]) for k in ("mean_cv", "mean_log_cv") if k in v})
+    if "cv/image/set/mean_log_cv" in out:
+        out["cv_log_image"] = out["cv/image/set/mean_log_cv"]
+    single = res.get("single_element")
+    if isinstance(single, dict) and "full" in single:
+        out["single/full"] = float(single["full"]["rsum"])
+        elements = [float(m["rsum"]) for m in single.get("elements", [])]
+        out.update({f"single/element{i}": v for i, v in enumerate(elements)})
+        if elements:
+            out["single_gap"] = out["single/full"] - min(elements)
+    return out
+
+
+def _suites(res: dict) -> dict:
+    out = {}
+    for suite in res.values():
+        if not isinstance(suite, dict):
+            continue
+        for condition, r in (suite.get("conditions") or {}).items():
+            for task, m in (r.get("tasks") or {}).items():
+                out[f"suite/{task}/{condition}"] = float(m["accuracy"])
+                if "chance" in m:
+                    out[f"suite/{task}/chance"] = float(m["chance"])
+    for name, members in (("binding", BINDING_SUITES), ("aro", ARO_SUITES)):
+        for condition in CONDITIONS + ("chance",):
+            values = [out.get(f"suite/{t}/{condition}") for t in members]
+            if all(v is not None for v in values):
+                out[f"{name}_{condition}"] = float(np.mean(values))
+    return out
+
+
+def cell_metrics(results: dict, similarity: str | None) -> dict:
+    """{name: float} of one evaluation (module docstring); `similarity` = the cell's training similarity (None for
+    models scored as a whole)."""
+    if not isinstance(results, dict) or "retrieval" not in results:
+        raise ValueError(f"evaluation results without a 'retrieval' entry: keys {sorted(results or {})}")
+    out = _retrieval(results["retrieval"], similarity)
+    out.update(_set_analysis(results.get("set_analysis") or {}))
+    out.update(_suites(results.get("shapesworld_suites") or {}))
+    return out
+
+
+def cell_arrays(results: dict) -> dict:
+    sa = results.get("set_analysis") or {}
+    return {"element_similarity": sa["element_similarity"]} if "element_similarity" in sa else {}
+
+
+def summarize(values) -> dict:
+    """{"mean", "std" (ddof = 1; 0.0 for one value), "n", "values"} over seeds; non-finite values are dropped
+    (a failed seed must not look like a number) and counted in "dropped"."""
+    values = list(values)
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    dropped = len(values) - len(vals)
+    if not vals:
+        return {"mean": None, "std": None, "n": 0, "values": [], "dropped": dropped}
+    std = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+    return {"mean": float(np.mean(vals)), "std": std, "n": len(vals), "values": vals, "dropped": dropped}

@@ -1,0 +1,152 @@
+"""Resumable execution of the reproduction grid, one cell at a time (docs/design.md#reproduction).
+
+A cell trains in `DIR/cells/<name>/seed<k>/` with `mmjax.experiment.run` (which itself resumes from the cell's
+checkpoints), evaluates its final and best-on-validation exports into `eval_final/` and `eval_best/`, and writes
+`cell.json` last (atomically), so a finished cell is exactly one that has a `cell.json`; a second invocation skips
+it. A cell that fails writes `cell_error.json` instead and is retried next time; the grid goes on without it.
+`DIR/grid.json` records the budget, and a directory of one budget refuses to be continued with another.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+
+from mmjax.batching import progress
+from mmjax.reproduce.grid import Cell, budget_summary, build_config
+from mmjax.reproduce.metrics import cell_arrays, cell_metrics
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)  # a reader never sees half a file; an interrupted write leaves the cell unfinished
+
+
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def check_budget(out: str, budget: str, seeds: int) -> None:
+    """Creates `out/grid.json` or checks that `out` holds a grid of the same budget."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "grid.json")
+    held = _read_json(path) if os.path.exists(path) else {"budget": budget, "seeds": 0}
+    if held.get("budget") != budget:
+        raise ValueError(f"{path}: this directory holds a {held.get('budget')!r} budget grid; --budget {budget} "
+                         f"needs another --out")
+    _write_json(path, {"budget": budget, "seeds": max(seeds, int(held.get("seeds", 0)))})
+
+
+def training_stability(workdir: str) -> dict:
+    """{"steps_logged", "nonfinite_losses", "final_loss", "best_val_rsum"} from the cell's metrics.jsonl and
+    train_summary.json (the report's stability column)."""
+    losses = []
+    path = os.path.join(workdir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if "loss/total" in row:
+                    losses.append(float(row["loss/total"]))
+    summary_path = os.path.join(workdir, "train_summary.json")
+    best = _read_json(summary_path).get("best_rsum") if os.path.exists(summary_path) else None
+    return {"steps_logged": len(losses), "nonfinite_losses": sum(not math.isfinite(x) for x in losses),
+            "final_loss": losses[-1] if losses else None,
+            "best_val_rsum": best if best is not None and math.isfinite(best) else None}
+
+
+def _export_info(workdir: str, name: str) -> dict | None:
+    path = os.path.join(workdir, name, "export.json")  # written last: its presence means a complete export
+    return _read_json(path) if os.path.exists(path) else None
+
+
+def _evaluate(config, workdir: str, params: str) -> dict:
+    from mmjax import experiment
+    return experiment.evaluate(config, workdir, params=params, out_dir=os.path.join(workdir, f"eval_{params}"),
+                               verbose=False)
+
+
+def run_cell(cell: Cell, out: str, budget: str) -> dict:
+    """Trains and evaluates one cell (module docstring); returns its cell.json content."""
+    from mmjax import experiment
+    workdir = cell.workdir(out)
+    config = build_config(cell, budget, out)
+    os.makedirs(workdir, exist_ok=True)
+    if cell.spec.needs_clip:  # the shared feature cache is written by the first head that needs it
+        os.makedirs(config.data.cache_dir, exist_ok=True)
+    t0 = time.perf_counter()
+    experiment.run(config, workdir)
+    t_train = time.perf_counter() - t0
+    similarity = cell.spec.similarity
+    evaluated = {"final": _evaluate(config, workdir, "final")}
+    final_info, best_info = _export_info(workdir, "export"), _export_info(workdir, "export_best")
+    steps = {"final": (final_info or {}).get("step"), "best": (best_info or {}).get("step")}
+    notes = []
+    if best_info is None:
+        notes.append("no best-on-validation export: the best columns show the final parameters")
+    elif steps["best"] is not None and steps["best"] == steps["final"]:
+        # Same step, same parameters: evaluating again would reproduce the final numbers exactly.
+        notes.append(f"best-on-validation step = final step ({steps['final']}): one evaluation serves both")
+    else:
+        evaluated["best"] = _evaluate(config, workdir, "best")
+    t_eval = time.perf_counter() - t0 - t_train
+    record = {
+        "name": cell.name, "group": cell.spec.group, "label": cell.spec.label, "seed": cell.seed, "budget": budget,
+        "budget_detail": budget_summary(config), "steps": steps,
+        "best_params": best_info is not None, "notes": notes,
+        "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
+        "stability": training_stability(workdir),
+        "metrics": {k: cell_metrics(evaluated.get(k, evaluated["final"]), similarity) for k in ("best", "final")},
+        "arrays": {k: cell_arrays(evaluated.get(k, evaluated["final"])) for k in ("best", "final")},
+        "figures": {k: (evaluated.get(k, evaluated["final"]).get("figures") or {}) for k in ("best", "final")},
+    }
+    _write_json(os.path.join(workdir, "cell.json"), record)
+    error_path = os.path.join(workdir, "cell_error.json")
+    if os.path.exists(error_path):
+        os.remove(error_path)
+    return record
+
+
+def load_cell(cell: Cell, out: str) -> dict | None:
+    path = os.path.join(cell.workdir(out), "cell.json")
+    return _read_json(path) if os.path.exists(path) else None
+
+
+def run_grid(cells: list[Cell], out: str, budget: str, *, log=print) -> dict:
+    """Runs every unfinished cell of `cells` in order; returns {"done": [...], "skipped": [...], "failed": [...]}.
+    A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason)."""
+    status = {"done": [], "skipped": [], "failed": []}
+    failed_clip = set()
+    with progress(len(cells), "reproduce", unit="cell", mininterval=0.0) as bar:
+        for i, cell in enumerate(cells):
+            tag = f"[reproduce] {i + 1}/{len(cells)} {cell.name} seed{cell.seed}"
+            if load_cell(cell, out) is not None:
+                status["skipped"].append(f"{cell.name}/seed{cell.seed}")
+                log(f"{tag}: finished earlier, skipped")
+            elif cell.spec.needs_clip and cell.seed in failed_clip:
+                status["failed"].append(f"{cell.name}/seed{cell.seed}")
+                log(f"{tag}: not run (its CLIP cell failed)")
+            else:
+                t0 = time.perf_counter()
+                try:
+                    record = run_cell(cell, out, budget)
+                except Exception as e:  # noqa: BLE001 — one cell's failure is recorded; the grid goes on
+                    os.makedirs(cell.workdir(out), exist_ok=True)
+                    _write_json(os.path.join(cell.workdir(out), "cell_error.json"),
+                                {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+                    status["failed"].append(f"{cell.name}/seed{cell.seed}")
+                    if cell.name == "clip":
+                        failed_clip.add(cell.seed)
+                    log(f"{tag}: FAILED after {time.perf_counter() - t0:.1f} s — {type(e).__name__}: {e}")
+                else:
+                    w = record["wall_s"]
+                    status["done"].append(f"{cell.name}/seed{cell.seed}")
+                    log(f"{tag}: {w['total']:.1f} s (train {w['train']:.1f} s, eval {w['eval']:.1f} s)")
+            bar.update(1)
+    return status

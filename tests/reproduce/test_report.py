@@ -1,0 +1,381 @@
+"""The reproduction runner: verdict rule, per-cell numbers, grid configs, resumable runner and report rendering on
+hand-made cell results (fast), plus one slow end-to-end smoke run of `python -m mmjax.reproduce`."""
+
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mmjax.reproduce import claims, grid, metrics, report, runner
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---------------------------------------------------------------- verdict rule
+
+
+def _pooled_reference(a, b):
+    """Pooled std as the root of the within-group sum of squares over its degrees of freedom."""
+    ss = sum((x - np.mean(a)) ** 2 for x in a) + sum((x - np.mean(b)) ** 2 for x in b)
+    return math.sqrt(ss / (len(a) + len(b) - 2))
+
+
+@pytest.mark.parametrize("a,b", [([1.0, 2.0, 4.0], [3.0, 3.5]), ([0.3, 0.1, 0.9, 0.4], [5.0, 7.0, 6.5]),
+                                 ([2.0, 2.0], [2.0, 2.0, 2.0])])
+def test_pooled_std_matches_sum_of_squares(a, b):
+    assert claims.pooled_std(a, b) == pytest.approx(_pooled_reference(a, b), abs=1e-12)
+
+
+def test_verdicts_of_the_rule():
+    lo, hi = [1.0, 2.0, 3.0], [10.0, 11.0, 12.0]  # s_p = 1, threshold 2, Δ = 9
+    v = claims.verdict(lo, hi, "increase")
+    assert v["verdict"] == "reproduced" and v["diff"] == pytest.approx(9.0) and v["threshold"] == pytest.approx(2.0)
+    assert claims.verdict(lo, hi, "decrease")["verdict"] == "reversed"
+    assert claims.verdict(hi, lo, "decrease")["verdict"] == "reproduced"
+    assert claims.verdict(hi, lo, "increase")["verdict"] == "reversed"
+    # Δ = 1.9 and 2.1 against a spread of 2: just inside is not reproduced, just outside is.
+    assert claims.verdict(lo, [x + 1.9 for x in lo])["verdict"] == "not reproduced"
+    assert claims.verdict(lo, [x + 2.1 for x in lo])["verdict"] == "reproduced"
+    assert claims.verdict(lo, [x - 1.9 for x in lo])["verdict"] == "not reproduced"  # small and wrong way
+    # no_loss: a drop inside the spread keeps the claim, a drop beyond it reverses it.
+    assert claims.verdict(lo, [x - 1.5 for x in lo], "no_loss")["verdict"] == "reproduced"
+    assert claims.verdict(lo, [x - 2.5 for x in lo], "no_loss")["verdict"] == "reversed"
+    assert claims.verdict(lo, [x + 9.0 for x in lo], "no_loss")["verdict"] == "reproduced"
+
+
+def test_one_seed_missing_and_failed_runs():
+    v = claims.verdict([1.0], [5.0])
+    assert v["verdict"] == "inconclusive (1 seed)" and v["diff"] == pytest.approx(4.0) and v["threshold"] is None
+    assert claims.verdict([1.0, 2.0], [5.0])["verdict"] == "inconclusive (1 seed)"
+    assert claims.verdict([], [1.0, 2.0])["verdict"] == "missing"
+    assert claims.verdict(None, [1.0])["verdict"] == "missing"
+    # A failed seed (NaN) is not a number: it drops out and leaves one seed.
+    assert claims.verdict([1.0, float("nan")], [5.0, 6.0])["n"] == [1, 2]
+    with pytest.raises(ValueError, match="kind"):
+        claims.verdict([1.0], [2.0], "bigger")
+
+
+def test_claims_match_the_paper_numbers_and_the_grid():
+    by_id = {c.id: c for c in claims.CLAIMS}
+    ablation = [by_id[f"ablation_{i}"] for i in (1, 2, 3)]
+    assert [ablation[0].paper_a] + [c.paper_b for c in ablation] == [439.57, 441.23, 444.10, 446.53]
+    assert [c.b for c in ablation[:-1]] == [c.a for c in ablation[1:]]  # one chain: the full order
+    assert (by_id["cv_1"].paper_a, by_id["cv_1"].paper_b, by_id["cv_2"].paper_b) == (-7.35, -2.13, -1.68)
+    assert (by_id["pvse_plugin"].paper_a, by_id["pvse_plugin"].paper_b) == (432.6, 450.6)
+    assert by_id["binding_cimr"].paper_delta == 2.91
+    assert (by_id["cimr_shuffle"].paper_a, by_id["cimr_shuffle"].paper_b, by_id["cimr_shuffle"].paper_delta) == (
+        48.75, 35.66, -13.08)
+    assert (by_id["cimr_fixed"].paper_a, by_id["cimr_fixed"].paper_b) == (50.17, 37.21)
+    assert (by_id["cimr_real"].paper_a, by_id["cimr_real"].paper_b, by_id["cimr_real"].kind) == (85.75, 85.91,
+                                                                                                  "no_loss")
+    for c in claims.CLAIMS:
+        assert c.a in grid.SPEC_BY_NAME and c.b in grid.SPEC_BY_NAME, c.id
+        assert "maxmatch.md" not in c.source and "flowclip.md" not in c.source
+        if c.paper_a is not None and c.paper_b is not None:
+            assert c.paper_delta == pytest.approx(c.paper_b - c.paper_a, abs=0.011), c.id
+        if c.paper_delta is not None and c.kind != "no_loss":
+            assert (c.paper_delta > 0) == (c.kind == "increase"), c.id
+
+
+# ---------------------------------------------------------------- per-cell numbers
+
+
+def _retrieval(rsum):
+    keys = metrics.RETRIEVAL_KEYS[:-1]
+    return {"all": {**{k: rsum / 6 for k in keys}, "rsum": rsum, "i2t_medr": 3.0}, "score_seconds": 0.1}
+
+
+def _suite(task, acc):
+    return {"conditions": {cond: {"tasks": {task: {"n": 10, "accuracy": a, "chance": 50.0 if task != "order" else
+                                                   20.0}}, "groups": {}} for cond, a in zip(metrics.CONDITIONS, acc)},
+            "table": "|...|"}
+
+
+def fake_results(rsum=400.0, *, set_analysis=True, suites=False, score="maxmatch", offset=0.0):
+    res = {"split": "test", "retrieval": {score: _retrieval(rsum)}}
+    if score == "maxmatch":
+        res["retrieval"]["maxmatch_topk"] = _retrieval(rsum + 1.0)
+    if set_analysis:
+        res["set_analysis"] = {
+            "circular_variance": {side: {"set": {"mean_cv": 0.2, "mean_log_cv": -2.0 + offset},
+                                         "residual": {"mean_cv": 0.3, "mean_log_cv": -1.5}}
+                                  for side in ("image", "text")},
+            "single_element": {"kind": score, "full": {"rsum": rsum},
+                               "elements": [{"rsum": rsum - d} for d in (5.0, 30.0 + offset, 1.0, 2.0)]},
+            "element_similarity": [[0.5, 0.1], [0.2, 0.6]]}
+    if suites:
+        res["shapesworld_suites"] = {t: _suite(t, (60.0 + offset, 55.0 - offset, 52.0 - offset))
+                                     for t in ("binding", "binding_swap_obj", "binding_swap_size", "relation",
+                                               "order")}
+    return res
+
+
+def test_cell_metrics_on_hand_made_results():
+    m = metrics.cell_metrics(fake_results(400.0, suites=True), "maxmatch")
+    assert m["rsum"] == 401.0  # top-k: the paper's inference mode for S_H-trained cells
+    assert m["retrieval/maxmatch/rsum"] == 400.0 and m["retrieval/maxmatch_topk/i2t_r1"] == pytest.approx(401 / 6)
+    assert m["cv_log_image"] == -2.0 and m["cv/text/residual/mean_cv"] == 0.3
+    assert m["single/full"] == 400.0 and m["single/element1"] == 370.0 and m["single_gap"] == 30.0
+    assert m["suite/order/shuffle"] == 55.0 and m["suite/order/chance"] == 20.0
+    assert m["binding_real"] == 60.0 and m["aro_chance"] == pytest.approx((50 + 50 + 20) / 3)
+    own = metrics.cell_metrics(fake_results(300.0, score="smooth_chamfer", set_analysis=False), "smooth_chamfer")
+    assert own["rsum"] == 300.0 and "single_gap" not in own and "binding_real" not in own
+    whole = metrics.cell_metrics({"retrieval": {"flowclip": _retrieval(120.0)}}, None)
+    assert whole["rsum"] == 120.0
+    with pytest.raises(ValueError, match="retrieval"):
+        metrics.cell_metrics({"set_analysis": {}}, "maxmatch")
+
+
+def test_summarize_uses_sample_std_and_drops_failed_seeds():
+    s = metrics.summarize([1.0, 2.0, 4.0, float("nan"), None])
+    assert s["n"] == 3 and s["dropped"] == 2 and s["mean"] == pytest.approx(7 / 3)
+    assert s["std"] == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))
+    assert metrics.summarize([5.0])["std"] == 0.0 and metrics.summarize([])["mean"] is None
+
+
+# ---------------------------------------------------------------- grid
+
+
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+@pytest.mark.parametrize("budget", grid.BUDGETS)
+def test_ablation_cells_differ_only_in_their_loss_fields(budget, tmp_path):
+    configs = {c.name: _flat(grid.build_config(c, budget, str(tmp_path)).to_dict())
+               for c in grid.make_grid(1, [s.name for s in grid.SPECS if s.group == "ablation"])}
+    base = configs["sh_full"]
+    allowed = {"loss.similarity", "loss.lambda_gd", "loss.lambda_isd", "evals.retrieval.kinds"}
+    for name, cfg in configs.items():
+        assert set(cfg) == set(base), name
+        assert {k for k in cfg if cfg[k] != base[k]} <= allowed, name
+    assert configs["sc_divmmd"]["loss.lambda_gd"] == 0.0 and configs["sc_full"]["loss.lambda_isd"] == 0.1
+    assert base["loss.lambda_div"] > 0 and base["loss.lambda_mmd"] > 0 and base["loss.lambda_con"] > 0
+    assert base["final_eval"] is False
+    if budget == "smoke":
+        assert base["train.num_steps"] == grid.SMOKE_STEPS and base["data.preset"] == "tiny"
+    else:
+        assert base["train.num_epochs"] == 2 and base["train.eval_every_epoch"] is True
+
+
+def test_grid_order_seeds_and_clip_dependency(tmp_path):
+    cells = grid.make_grid(2, ["flowclip_hnb", "vse"])
+    assert [(c.name, c.seed) for c in cells] == [("vse", 0), ("clip", 0), ("flowclip_hnb", 0), ("vse", 1),
+                                                ("clip", 1), ("flowclip_hnb", 1)]
+    head = grid.build_config(cells[-1], "smoke", str(tmp_path))
+    assert head.data.clip_workdir == os.path.abspath(cells[-2].workdir(str(tmp_path))) and head.seed == 1
+    with pytest.raises(ValueError, match="unknown cell"):
+        grid.make_grid(1, ["nope"])
+    with pytest.raises(ValueError, match="budget"):
+        grid.build_config(cells[0], "huge", str(tmp_path))
+
+
+# ---------------------------------------------------------------- runner (training replaced by a stub)
+
+
+def test_runner_skips_finished_cells_and_records_failures(tmp_path, monkeypatch):
+    out = str(tmp_path)
+    calls = []
+
+    def fake_run_cell(cell, out_, budget):
+        calls.append(cell.name)
+        if cell.name == "clip":
+            raise RuntimeError("boom")
+        record = {"name": cell.name, "wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}}
+        os.makedirs(cell.workdir(out_), exist_ok=True)
+        runner._write_json(os.path.join(cell.workdir(out_), "cell.json"), record)
+        return record
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    cells = grid.make_grid(1, ["vse", "globalm_hnb"])
+    status = runner.run_grid(cells, out, "smoke", log=lambda s: None)
+    assert calls == ["vse", "clip"]  # the head is not attempted without its CLIP
+    assert status["done"] == ["vse/seed0"] and status["failed"] == ["clip/seed0", "globalm_hnb/seed0"]
+    error = json.load(open(os.path.join(cells[1].workdir(out), "cell_error.json")))
+    assert "RuntimeError: boom" in error["error"]
+    calls.clear()
+    status = runner.run_grid(cells, out, "smoke", log=lambda s: None)
+    assert calls == ["clip"] and status["skipped"] == ["vse/seed0"]
+
+
+@pytest.mark.parametrize("best_step", [None, 4, 2])
+def test_run_cell_evaluates_best_and_final_exports(tmp_path, monkeypatch, best_step):
+    """Training and evaluation replaced by fakes: the best export is evaluated only when it differs from the final
+    one, and the best columns come from it."""
+    from mmjax import experiment
+    evaluated = []
+
+    def fake_run(config, workdir):
+        for name, step in (("export", 4), ("export_best", best_step)):
+            if step is not None:
+                os.makedirs(os.path.join(workdir, name), exist_ok=True)
+                runner._write_json(os.path.join(workdir, name, "export.json"), {"task": config.task, "step": step})
+        rows = [{"step": 2, "loss/total": 1.5}, {"step": 4, "loss/total": float("nan")}, {"step": 4, "val/rsum": 3}]
+        with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+
+    def fake_evaluate(config, workdir, *, params, out_dir, verbose):
+        evaluated.append(params)
+        return fake_results(400.0 if params == "final" else 420.0)
+
+    monkeypatch.setattr(experiment, "run", fake_run)
+    monkeypatch.setattr(experiment, "evaluate", fake_evaluate)
+    cell = grid.make_grid(1, ["sh_full"])[0]
+    record = runner.run_cell(cell, str(tmp_path), "smoke")
+    assert evaluated == (["final", "best"] if best_step == 2 else ["final"])
+    assert record["metrics"]["final"]["retrieval/maxmatch/rsum"] == 400.0
+    assert record["metrics"]["best"]["retrieval/maxmatch/rsum"] == (420.0 if best_step == 2 else 400.0)
+    assert record["best_params"] == (best_step is not None) and record["steps"] == {"final": 4, "best": best_step}
+    assert record["stability"]["nonfinite_losses"] == 1 and record["stability"]["steps_logged"] == 2
+    assert json.load(open(os.path.join(cell.workdir(str(tmp_path)), "cell.json")))["name"] == "sh_full"
+
+
+def test_an_output_directory_keeps_its_budget(tmp_path):
+    runner.check_budget(str(tmp_path), "smoke", 1)
+    runner.check_budget(str(tmp_path), "smoke", 2)
+    assert json.load(open(tmp_path / "grid.json")) == {"budget": "smoke", "seeds": 2}
+    with pytest.raises(ValueError, match="smoke"):
+        runner.check_budget(str(tmp_path), "default", 3)
+
+
+# ---------------------------------------------------------------- report on hand-made cells
+
+
+def _record(name, seed, rsum, *, offset=0.0):
+    spec = grid.SPEC_BY_NAME[name]
+    sets = spec.group != "flowclip" and name != "vse"
+    score = spec.similarity or {"clip": "cosine"}.get(name, "global_m")
+    res = fake_results(rsum, set_analysis=sets, suites=spec.group == "flowclip", score=score, offset=offset)
+    m = metrics.cell_metrics(res, spec.similarity)
+    return {"name": name, "group": spec.group, "label": spec.label, "seed": seed, "budget": "default",
+            "budget_detail": {"num_epochs": 2, "num_steps": 0, "batch_size": 128, "preset": "default",
+                              "validation": "every epoch"},
+            "steps": {"final": 100, "best": 50}, "best_params": True, "notes": [],
+            "wall_s": {"train": 1.0, "eval": 1.0, "total": 2.0},
+            "stability": {"steps_logged": 10, "nonfinite_losses": 0, "final_loss": 1.0, "best_val_rsum": rsum},
+            "metrics": {"best": m, "final": m}, "arrays": {}, "figures": {"best": {}, "final": {}}}
+
+
+# Per-cell RSUM base and per-seed jitter (±1): the ablation climbs as the paper says, the plug-in is reversed,
+# the Set Div → MaxMatch CV step is within noise.
+RSUM = {"mil_divmmd": 380, "sc_divmmd": 400, "sh_divmmd": 410, "sc_full": 420, "sh_full": 430, "pvse": 450,
+        "setdiv": 390, "vse": 395, "pvse_maxmatch": 440, "clip": 100, "globalm_hnb": 110, "globalm_cimr": 111,
+        "flowclip_hnb": 112, "flowclip_cimr": 113}
+OFFSET = {"mil_divmmd": -5.0, "sc_divmmd": 0.0, "sh_full": 0.5, "flowclip_cimr": 10.0}
+
+
+def _records(seeds=3):
+    return [_record(n, s, RSUM[n] + (s - 1), offset=OFFSET.get(n, 0.0) + 0.3 * (s - 1))
+            for s in range(seeds) for n in RSUM]
+
+
+def test_report_renders_every_section_claim_and_figure(tmp_path):
+    rep = report.write_report(_records(), str(tmp_path), budget="default", seeds=3, command="python -m x")
+    md = (tmp_path / "reproduction.md").read_text()
+    for section in report.SECTIONS:
+        assert f"## {section}" in md, section
+    verdicts = {r["id"]: r["verdict"] for r in rep["claims"]}
+    assert set(verdicts) == {c.id for c in claims.CLAIMS}
+    assert verdicts["ablation_1"] == verdicts["ablation_2"] == verdicts["ablation_3"] == "reproduced"
+    assert verdicts["pvse_plugin"] == "reversed"            # 450 → 440, spread 2
+    assert verdicts["cv_1"] == "reproduced"                 # −7 → −2
+    assert verdicts["cv_2"] == "not reproduced"             # −2.0 → −1.5 with seed jitter 0.3: within 2·s_p
+    assert verdicts["cimr_shuffle"] == "reproduced"         # Shuffle 55 → 45 (offset 10)
+    assert verdicts["cimr_real"] == "reproduced"            # Real rises
+    for row in rep["claims"]:
+        assert f"**{row['verdict']}**" in md and row["source"] in md
+        if row["verdict"] != "reproduced":
+            assert row["evidence"], row["id"]
+    assert "within the seed spread" in next(r["evidence"] for r in rep["claims"] if r["id"] == "cv_2")
+    data = json.load(open(tmp_path / "reproduction.json"))
+    assert {"budget", "seeds", "command", "protocol", "verdict_rule", "cells", "claims", "figures",
+            "records"} <= set(data)
+    assert data["cells"]["sh_full"]["metrics"]["best"]["rsum"]["values"] == [430.0, 431.0, 432.0]
+    assert data["cells"]["sh_full"]["metrics"]["best"]["rsum"]["std"] == pytest.approx(1.0)
+    assert set(rep["figures"]) == {"ablation_rsum", "flowclip_binding", "flowclip_controls"}
+    for path in rep["figures"].values():
+        with open(tmp_path / path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert f"]({path})" in md
+    ablation = md.split("## MaxMatch ablation")[1].split("## Baselines")[0]
+    row = next(line for line in ablation.splitlines() if line.startswith("| S_H, Div+MMD+GD+ISD"))
+    assert "| 431.00 ± 1.00 |" in row and "| 430.00 ± 1.00 |" in row  # top-k and exact S_H: mean ± std
+    assert "best-on-validation" in md
+    _assert_tables_are_rectangular(md)
+
+
+def _assert_tables_are_rectangular(md):
+    """Every markdown table row has its header's number of cells (an unescaped | in a cell would add one)."""
+    width = None
+    for line in md.splitlines():
+        if not line.startswith("|"):
+            width = None
+            continue
+        cells = len(re.findall(r"(?<!\\)\|", line)) - 1
+        width = width or cells
+        assert cells == width, line
+
+
+def test_report_with_one_seed_is_inconclusive_and_says_so(tmp_path):
+    rep = report.write_report(_records(1), str(tmp_path), budget="smoke", seeds=1, command="python -m x")
+    assert {r["verdict"] for r in rep["claims"]} == {"inconclusive (1 seed)"}
+    assert all("one seed" in r["evidence"] for r in rep["claims"])
+    assert "Smoke budget" in (tmp_path / "reproduction.md").read_text()
+
+
+# ---------------------------------------------------------------- end to end (smoke budget)
+
+
+def check_smoke_output(out):
+    """Structure of a finished one-seed smoke grid in `out` (a pathlib.Path): sections, every claim row with a
+    verdict and a finite difference, every cell with finite numbers and no non-finite loss, the figures."""
+    md = (out / "reproduction.md").read_text()
+    for section in report.SECTIONS:
+        assert f"## {section}" in md, section
+    _assert_tables_are_rectangular(md)
+    data = json.load(open(out / "reproduction.json"))
+    assert set(data["cells"]) == {s.name for s in grid.SPECS}
+    assert [r["id"] for r in data["claims"]] == [c.id for c in claims.CLAIMS]
+    assert {r["verdict"] for r in data["claims"]} == {"inconclusive (1 seed)"}  # one seed: never a verdict
+    for row in data["claims"]:
+        assert row["ours"]["diff"] is not None and math.isfinite(row["ours"]["diff"]), row["id"]
+        assert f"**{row['verdict']}**" in md and row["evidence"]
+    for name, cell in data["cells"].items():
+        assert cell["stability"]["nonfinite_losses"] == 0, name
+        assert math.isfinite(cell["metrics"]["best"]["rsum"]["mean"]), name
+        assert math.isfinite(cell["metrics"]["final"]["rsum"]["mean"]), name
+    for name in ("sh_full", "sc_divmmd", "mil_divmmd"):
+        best = data["cells"][name]["metrics"]["best"]
+        assert {"cv_log_image", "single_gap", "retrieval/maxmatch/rsum", "retrieval/maxmatch_topk/rsum"} <= set(best)
+    for name in ("globalm_hnb", "flowclip_cimr"):
+        best = data["cells"][name]["metrics"]["best"]
+        assert {f"{g}_{c}" for g in ("binding", "aro") for c in metrics.CONDITIONS} <= set(best)
+    assert set(data["figures"]) == {"ablation_rsum", "flowclip_binding", "flowclip_controls"}
+    for path in data["figures"].values():
+        assert (out / path).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_smoke_grid_end_to_end_and_resume(tmp_path):
+    out = tmp_path / "repro"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "mmjax.reproduce", "--budget", "smoke", "--seeds", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    check_smoke_output(out)
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/seed0/cell.json")}
+    assert len(stamps) == len(grid.SPECS)
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"0 cell(s) run, {len(grid.SPECS)} skipped, 0 failed" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in out.glob("cells/*/seed0/cell.json")} == stamps
