@@ -12,7 +12,8 @@ Adapters:
 - `EmbeddingScorer(encode_images, encode_texts, score)`: embeds each distinct image (key = (image, bbox)) and each
   distinct caption once, caches them, and scores either pairwise (`mode='pairs'`: `score(img_emb, txt_emb) -> [n]`,
   row p against row p) or as a matrix over the batch's distinct images × distinct captions (`mode='matrix'`:
-  `score(img_emb [U], txt_emb [C]) -> [U, C]`, then gathered) — the latter suits all-pairs scorers such as
+  `score(img_emb [U], txt_emb [C]) -> [U, C]`, then gathered; U and C are padded to powers of two so a jitted
+  scorer compiles a handful of times, not once per batch) — the latter suits all-pairs scorers such as
   `mmjax.flowclip.score_pairs`. Embeddings are pytrees of arrays with a leading axis.
 - `cosine_pairs` (plain CLIP / Global-M on unit vectors), `set_pairs(kind, **kw)` (MaxMatch / set baselines:
   `mmjax.similarity.block_similarity` on the diagonal blocks, `{"set", "mask"}` embeddings).
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.batching import pad_rows
 from mmjax.normalize import unit_normalize
 from mmjax.similarity import block_similarity
 
@@ -37,6 +39,10 @@ def default_image_key(record) -> Hashable:
 
 def _stack(trees: list):
     return jax.tree_util.tree_map(lambda *xs: np.stack(xs, axis=0), *trees)
+
+
+def _bucket(n: int) -> int:
+    return max(8, 1 << (n - 1).bit_length())
 
 
 def _rows(tree, n: int) -> list:
@@ -84,8 +90,11 @@ class EmbeddingScorer:
             return np.asarray(self.score(img, txt), np.float32).reshape(len(captions))
         uimg = list(dict.fromkeys(ikeys))
         ucap = list(dict.fromkeys(captions))
-        matrix = np.asarray(self.score(_stack([self.image_cache[k] for k in uimg]),
-                                       _stack([self.text_cache[c] for c in ucap])), np.float32)
+        # The distinct counts change every batch; padding them to a power of two (edge rows, sliced off) bounds the
+        # number of shapes — and of compilations of a jitted `score` — to a handful.
+        img = pad_rows(_stack([self.image_cache[k] for k in uimg]), _bucket(len(uimg)))
+        txt = pad_rows(_stack([self.text_cache[c] for c in ucap]), _bucket(len(ucap)))
+        matrix = np.asarray(self.score(img, txt), np.float32)[:len(uimg), :len(ucap)]
         row = {k: i for i, k in enumerate(uimg)}
         col = {c: j for j, c in enumerate(ucap)}
         return matrix[[row[k] for k in ikeys], [col[c] for c in captions]]
