@@ -12,14 +12,15 @@ config's AdamW + clipping), and the full `mmjax.train.loop.make_train_step` step
 wall and CPU time and the 1-minute load average are recorded per round (the machine is shared). Results go to
 models.json["main_job"].
 
-Model (full size, `maxmatch.md` §4–5): RegionTower(fc 2048→D + MLP-BN residual, max-pool global, SPM K = 4,
-L = 4 shared, 4 heads × 512) on B images × 36 regions × 2048; text = bag-of-words tower (embedding 300-d, vocabulary
-1000, 12 tokens, SPM with sine PE over the word embeddings) on 5B captions — a cheap stand-in for the Bi-GRU so the
-comparison is not dominated by a sequential RNN on CPU. Loss = triplet with hardest negatives and multi-positive caption
-sets (`maxmatch.md` §3.1, margin 0.2) over `mmjax.similarity.pairwise_set_similarity(img, txt, kind)` [B × 5B].
-One jitted forward + backward (train mode: dropout, BatchNorm statistics) per step; the time is the median over
-`--steps` after one compile and one warm-up step, the variants timed in alternation. Also times the similarity +
-loss alone (forward + backward w.r.t. the two sets) to show its share. Writes bench/results/models.json.
+Model (full size, docs/design.md#set-prediction-module, docs/design.md#region-tower): RegionTower(fc 2048→D + MLP-BN
+residual, max-pool global, SPM K = 4, L = 4 shared, 4 heads × 512) on B images × 36 regions × 2048; text = bag-of-words
+tower (embedding 300-d, vocabulary 1000, 12 tokens, SPM with sine PE over the word embeddings) on 5B captions — a cheap
+stand-in for the Bi-GRU so the comparison is not dominated by a sequential RNN on CPU. Loss = triplet with hardest
+negatives and multi-positive caption sets (docs/design.md#triplet-loss, margin 0.2) over
+`mmjax.similarity.pairwise_set_similarity(img, txt, kind)` [B × 5B]. One jitted forward + backward (train mode: dropout,
+BatchNorm statistics) per step; the time is the median over `--steps` after one compile and one warm-up step, the
+variants timed in alternation. Also times the similarity + loss alone (forward + backward w.r.t. the two sets) to show
+its share. Writes bench/results/models.json.
 """
 
 from __future__ import annotations

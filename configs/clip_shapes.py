@@ -1,5 +1,5 @@
 """A small CLIP-style dual encoder pretrained contrastively on ShapesWorld pixels, then frozen as the base model of
-the ShapesWorld Flow-CLIP heads (`shapesworld.md` §9 `base_clip`).
+the ShapesWorld Flow-CLIP heads (docs/design.md#shapesworld-presets `base_clip`).
 
     python train.py --config configs/clip_shapes.py --workdir workdir/clip_shapes
     python train.py --config configs/clip_shapes.py:smoke --workdir /tmp/clip_smoke     # tests (seconds)

@@ -1,6 +1,6 @@
 """Flow-CLIP and Global-M heads on a frozen Hugging Face CLIP, trained on COCO Karpathy train with NegCLIP hard
-negatives — the LABCLIP recipe of `flowclip.md` §7 (Adam 1e-3, batch 1024, no weight decay or schedule, 5 epochs),
-the 2 × 2 grid {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}.
+negatives — the LABCLIP recipe of docs/design.md#flowclip-training (Adam 1e-3, batch 1024, no weight decay or schedule,
+5 epochs), the 2 × 2 grid {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}.
 
 Two commands: build the feature cache once per CLIP checkpoint, then train any number of heads on it.
 

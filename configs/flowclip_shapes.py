@@ -1,5 +1,5 @@
 """Flow-CLIP and Global-M heads on the frozen ShapesWorld CLIP (`configs/clip_shapes.py`), the 2 × 2 grid of
-`shapesworld.md` §9 `flowclip_heads`: {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}.
+docs/design.md#shapesworld-presets `flowclip_heads`: {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}.
 
     python train.py --config configs/clip_shapes.py --workdir workdir/clip_shapes        # once, the frozen base
     python train.py --config configs/flowclip_shapes.py:flowclip_cimr --workdir workdir/fc_shapes_cimr \

@@ -8,9 +8,9 @@
     Flickr30k: add `--config.data.val_split=dev` and (Faster R-CNN + Bi-GRU) `--config.loss.lambda_gd=0.05
     --config.loss.lambda_isd=0.05`.
 
-Set Div COCO recipe (`maxmatch.md` §6): D = 1024, K = 4, SPM depth 4 shared (4 × 512), batch 200 images × 5 captions,
-AdamW 1e-3 (×0.1 image side and text SPM), wd 1e-4, per-step cosine over 80 epochs, clip 1.0, region drop 0.2,
-caption token drop 0.2, VSE0 for epoch 0. Validation (best-by-RSUM checkpoint) every epoch.
+Set Div COCO recipe (docs/design.md#training-recipe): D = 1024, K = 4, SPM depth 4 shared (4 × 512), batch 200 images ×
+5 captions, AdamW 1e-3 (×0.1 image side and text SPM), wd 1e-4, per-step cosine over 80 epochs, clip 1.0, region drop
+0.2, caption token drop 0.2, VSE0 for epoch 0. Validation (best-by-RSUM checkpoint) every epoch.
 """
 
 from mmjax.train.defaults import retrieval_config

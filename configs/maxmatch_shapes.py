@@ -5,10 +5,10 @@
     python train.py --config configs/maxmatch_shapes.py:pixels --workdir workdir/maxmatch_pixels      # small ResNet
     python train.py --config configs/maxmatch_shapes.py:smoke --workdir /tmp/mm_smoke                 # tests (seconds)
 
-Model = `shapesworld.md` §9 `maxmatch_regions`: D = 256, region fc + MLP, max-pool global, random-init 128-d word
-embeddings + Bi-GRU(256), SPM K = 4, depth 2 shared, 4 heads × 64; S_H similarity (exact assignment) with triplet
-(one VSE0 warm-up epoch, then hardest negatives) + InfoNCE + GD + ISD + Div + MMD at the project defaults; AdamW 1e-3
-(×0.1 image side and text SPM), wd 1e-4, per-step cosine, clip 1.0. The default variant trains 2 epochs (the
+Model = docs/design.md#shapesworld-presets `maxmatch_regions`: D = 256, region fc + MLP, max-pool global, random-init
+128-d word embeddings + Bi-GRU(256), SPM K = 4, depth 2 shared, 4 heads × 64; S_H similarity (exact assignment) with
+triplet (one VSE0 warm-up epoch, then hardest negatives) + InfoNCE + GD + ISD + Div + MMD at the project defaults; AdamW
+1e-3 (×0.1 image side and text SPM), wd 1e-4, per-step cosine, clip 1.0. The default variant trains 2 epochs (the
 CPU budget of the main job: ≤ 10 minutes on 2 cores) and then evaluates the test split (retrieval with both
 MaxMatch scores, set analysis and figures, compositional suites under the image-replacement controls);
 `full` trains the preset's 30 epochs. Captions are tokenised to 16 positions (the

@@ -1,5 +1,5 @@
 """PVSE baseline on ShapesWorld regions: PIE set heads, MIL (max) similarity, Gram diversity (weight 0.1), MMD,
-margin 0.1 (`yalesong/pvse` defaults; `maxmatch.md` §1, §3.5, §5). The MaxMatch plug-in experiment is the same
+margin 0.1 (`yalesong/pvse` defaults; docs/design.md#baseline-configs). The MaxMatch plug-in experiment is the same
 config with `--config.loss.similarity=maxmatch --config.loss.lambda_gd=0.1 --config.loss.lambda_isd=0.1`.
 
     python train.py --config configs/pvse_shapes.py --workdir workdir/pvse_shapes

@@ -1,5 +1,5 @@
 """Set Div baseline on ShapesWorld regions: smooth-Chamfer similarity (α = 16) + Div (uniformity on residuals) + MMD,
-no GD/ISD/contrastive terms (`kdwonn/DivE` recipe, `maxmatch.md` §1, §3.4, §3.6).
+no GD/ISD/contrastive terms (`kdwonn/DivE` recipe, docs/design.md#baseline-configs).
 
     python train.py --config configs/setdiv_shapes.py --workdir workdir/setdiv_shapes
     python train.py --config configs/setdiv_shapes.py:smoke --workdir /tmp/setdiv_smoke

@@ -1,5 +1,6 @@
 """VSE∞-style single-vector baseline on ShapesWorld regions: one embedding per image (GPO pooling) and per caption,
-cosine similarity, hardest-negative triplet after one VSE0 epoch (`woodfrog/vse_infty`; `maxmatch.md` §5).
+cosine similarity, hardest-negative triplet after one VSE0 epoch (`woodfrog/vse_infty`;
+docs/design.md#baseline-configs).
 
     python train.py --config configs/vse_shapes.py --workdir workdir/vse_shapes
     python train.py --config configs/vse_shapes.py:smoke --workdir /tmp/vse_smoke

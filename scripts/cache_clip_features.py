@@ -1,5 +1,5 @@
-"""Encode COCO (Karpathy splits) with a frozen Hugging Face CLIP into Flow-CLIP feature caches (`flowclip.md` §1,
-§6, §7).
+"""Encode COCO (Karpathy splits) with a frozen Hugging Face CLIP into Flow-CLIP feature caches
+(docs/design.md#feature-cache, docs/design.md#hard-negatives, docs/design.md#flowclip-training).
 
     python scripts/cache_clip_features.py --clip_dir /data/clip-vit-base-patch32 \
         --karpathy_json /data/coco/dataset_coco.json --image_root /data/coco \

@@ -20,7 +20,7 @@ SeedSequence([seed, 1, epoch, step]) over the whole *global* batch, of which eac
 [process_index·b, (process_index+1)·b) — so a batch is a pure function of (seed, epoch, step) and the same global
 batch results whatever the process count. `BatchIterator(source, cfg, start=(epoch, step))` resumes exactly.
 
-Augmentation (`maxmatch.md` §5, Set Div / VSE∞ data pipeline), training only:
+Augmentation (docs/design.md#data-pipeline, Set Div / VSE∞ data pipeline), training only:
 - region drop: each valid region dropped with p = `region_drop_prob`, at least `min_regions` kept;
 - caption token drop: each valid token with p = `caption_drop_prob` → `caption_mask_frac` (0.5) [MASK],
   `caption_random_frac` (0.1) a random non-special token, the rest (0.4) deleted (sequence re-packed); at least

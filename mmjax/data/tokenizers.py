@@ -1,5 +1,5 @@
-"""Tokenizers with one interface: ids, attention mask and the valid-token mask (`shapesworld.md` §7,
-`flowclip.md` §1).
+"""Tokenizers with one interface: ids, attention mask and the valid-token mask (docs/design.md#tokenizers,
+docs/design.md#flowclip-inputs).
 
 `encode(texts) -> TokenBatch(ids [N,T] int32, attention_mask [N,T] bool, valid_mask [N,T] bool)`.
 The valid-token mask marks non-special, non-padding positions (Flow-CLIP's V_T):

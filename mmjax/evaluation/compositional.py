@@ -1,4 +1,5 @@
-"""Compositional benchmarks over `CompositionalRecord`s (`flowclip.md` §8, `shapesworld.md` §10).
+"""Compositional benchmarks over `CompositionalRecord`s (docs/design.md#compositional-evaluation,
+docs/design.md#shapesworld-suites).
 
 A record is (image, candidates c_0..c_{m−1}, gold g). Every candidate is scored with a pair scorer s(I, c)
 (`mmjax.evaluation.scorers`); the record is correct under the task's tie policy:

@@ -1,4 +1,4 @@
-"""Image-replacement controls Real / Shuffle / Fixed (`flowclip.md` §8.7, paper Tab. 4).
+"""Image-replacement controls Real / Shuffle / Fixed (docs/design.md#image-replacement-controls, paper Tab. 4).
 
 Candidates and gold index stay with the original record; only the image changes. For each task separately:
 

@@ -1,4 +1,4 @@
-"""Set diagnostics for MaxMatch and the set baselines (`maxmatch.md` §7).
+"""Set diagnostics for MaxMatch and the set baselines (docs/design.md#set-analysis).
 
 - **Circular variance** of one set of unit elements u_1..u_K (valid ones only): CV = 1 − ‖(1/K) Σ_k u_k‖₂
   (0 = all elements identical, 1 = zero mean direction). The paper's negative "higher is better" values are most

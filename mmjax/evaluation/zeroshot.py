@@ -1,4 +1,4 @@
-"""Zero-shot classification with class-name prompts (`flowclip.md` §8.8, paper Tab. 7).
+"""Zero-shot classification with class-name prompts (docs/design.md#zero-shot, paper Tab. 7).
 
 For C classes and T templates the P = C·T prompts are ordered class-major (prompt c·T + t = template t of class c).
 Score-level ensembling (`eval.zeroshot.ensemble = 'score'`, valid for every head because the Flow-CLIP score is not

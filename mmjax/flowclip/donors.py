@@ -1,4 +1,4 @@
-"""CIMR donor images (spec `flowclip.md` §5.2) [default].
+"""CIMR donor images (docs/design.md#donors) [default].
 
 A donor map is a random *cyclic derangement* π of the batch: draw a permutation σ, then π(σ_k) = σ_{(k+1) mod B}
 (a single B-cycle, so π(i) ≠ i whenever B > 1). `tries` (`flowclip.donor_tries`, default 4) independent maps are

@@ -1,4 +1,4 @@
-"""Flow-CLIP training losses: HNB and CIMR (spec `flowclip.md` §5) [paper structure; reconstructed formulas].
+"""Flow-CLIP training losses: HNB and CIMR (docs/design.md#flowclip-losses) [paper structure; reconstructed formulas].
 
 A mini-batch holds B records (I_i, T_i⁺, T_i⁻, g_i); y_ij = 1[g_i = g_j]; u_ij^± = logit_scale · s(I_i, T_j^±).
 

@@ -1,4 +1,4 @@
-"""The Flow-CLIP training objective (spec `flowclip.md` §5):
+"""The Flow-CLIP training objective (docs/design.md#flowclip-objective):
 
     L = L_HNB + λ_CIMR · L_CIMR,   λ_CIMR = 0.1 [paper]
 

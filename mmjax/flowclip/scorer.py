@@ -1,4 +1,4 @@
-"""Flow-CLIP scoring math for one image–caption pair: Global-M and ICER (spec `flowclip.md` §2–§3).
+"""Flow-CLIP scoring math for one image–caption pair: Global-M and ICER (docs/design.md#global-m, docs/design.md#icer).
 
     (F1)  s(I,T) = s_G(I,T) + α · s_L(I,T),        s_G(I,T) = v̂ᵀ norm(M t̂)
     (F2)  q_ℓ = norm(M_tok ĥ_ℓ),   ℓ ∈ V_T
@@ -11,8 +11,9 @@
     (F9)  s_L = (1/|V_T|) Σ_{ℓ∈V_T} Δ_ℓ,   s_L = 0 if V_T = ∅
 
 `score_pair_reference` follows Algorithm 1 literally (boolean selection of V_T, explicit d-dimensional residual
-queries) and is the oracle for the all-pairs forms in `all_pairs.py`. Every equation above is [reconstructed] from
-the paper's prose (its equations are not public); defaults α = 1.0, τ_p = 0.02 are [default] config fields.
+queries) and is the oracle for the all-pairs forms in `all_pairs.py`. Every equation above is reconstructed
+(docs/design.md#status) from the paper's prose (its equations are not public); defaults α = 1.0, τ_p = 0.02 are
+[default] config fields.
 """
 
 from __future__ import annotations

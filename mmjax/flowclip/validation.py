@@ -1,6 +1,6 @@
 """Input contracts for the Flow-CLIP scorer.
 
-Batched inputs (spec `flowclip.md` §1):
+Batched inputs (docs/design.md#flowclip-inputs):
 
     image  = {"global": [Bi, d], "patches": [Bi, N, d]}
     text   = {"global": [Bt, d], "tokens": [Bt, L, d], "valid": bool[Bt, L]}

@@ -22,7 +22,7 @@ from mmjax.similarity import pairwise_set_similarity
 
 
 def maxmatch_loss_config() -> ml_collections.ConfigDict:
-    """Project defaults (spec README 'Project defaults', maxmatch.md §3); every field is overridable."""
+    """Project defaults (docs/design.md#project-defaults, docs/design.md#losses); every field is overridable."""
     return ml_collections.ConfigDict(dict(
         similarity="maxmatch",        # any mmjax.similarity kind
         s_h=1.0,                      # S_H exponential scale (0 = mean matched cosine)

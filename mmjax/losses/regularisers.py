@@ -6,11 +6,12 @@ Set Div uniformity on residuals ("Div", `div_type='uniformity'`), r̂ = r/‖r�
 
 PVSE Gram diversity (`div_type='gram'`): L_div(sample) = ‖R̂R̂ᵀ − I‖_F / K²  (diagonal zeroed).
 
-Global Discriminative (MaxMatch; shape reconstructed, spec §3.7) with φ(x) = exp(s·x) ('exp') or [x]_+ ('hinge'):
+Global Discriminative (MaxMatch; shape reconstructed, docs/design.md#gd-loss) with φ(x) = exp(s·x) ('exp') or [x]_+
+('hinge'):
 
     L_gd = (1/(N K)) Σ_n Σ_k φ( cos(s_{n,k}, ĝ_n) − δ_gd )
 
-Intra-Set Divergence (spec §3.8), over ordered pairs j ≠ k:
+Intra-Set Divergence (docs/design.md#isd-loss), over ordered pairs j ≠ k:
 
     L_isd = (1/(N K(K−1))) Σ_n Σ_{j≠k} φ( cos(s_{n,j}, s_{n,k}) − δ_isd )
 

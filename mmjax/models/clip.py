@@ -1,6 +1,6 @@
 """CLIP (ViT image tower + causal text tower) in Flax linen, parameter-compatible with Hugging Face `CLIPModel`.
 
-Outputs are the taps Flow-CLIP consumes (`flowclip.md` §1), raw and un-normalised:
+Outputs are the taps Flow-CLIP consumes (docs/design.md#flowclip-inputs), raw and un-normalised:
 
     image:  h = ViT(pixels);  global  = visual_projection(post_layernorm(h[:, 0]))
                               patches = visual_projection(post_layernorm(h[:, 1:]))    # every token, CLS excluded

@@ -107,8 +107,9 @@ def init_retrieval_model(model_cfg, vocab_size: int, rng, sample_batch, *, bert_
 
 
 def build_shapesworld_clip(model_cfg, tokenizer):
-    """`mmjax.models.clip.CLIPModel` for ShapesWorld (`shapesworld.md` §9 `base_clip`) from a `config.model` with
-    width, heads, vision_layers, text_layers, image_size, patch_size, projection_dim (`clip_pretrain_config`).
+    """`mmjax.models.clip.CLIPModel` for ShapesWorld (docs/design.md#shapesworld-presets `base_clip`) from a
+    `config.model` with width, heads, vision_layers, text_layers, image_size, patch_size, projection_dim
+    (`clip_pretrain_config`).
 
     The text tower pools at the tokenizer's [SEP] (CLIP's EOT); positions are the tokenizer's `max_len`; the logit
     scale starts at log(1/0.07). Pixels go in as float32 in [−1, 1] (x / 127.5 − 1).

@@ -1,6 +1,6 @@
 """Frozen-encoder feature cache: run the encoders over a dataset once, then train heads from disk.
 
-Format (`flowclip.md` §1 "Feature cache"), one directory:
+Format (docs/design.md#feature-cache), one directory:
 
     img_global.npy   [N_img, d]            img_patches.npy [N_img, N, d]        (float16 by default)
     txt_global.npy   [N_txt, d]            txt_tokens.npy  [N_txt, L, d]        txt_valid.npy [N_txt, L] bool

@@ -1,6 +1,6 @@
 """Flow-CLIP head: the trainable parameters on top of a frozen CLIP, scored by the pure `mmjax.flowclip` scorer.
 
-    s(I, T) = s_G(I, T) + α · s_L(I, T)          (flowclip.md §3 F1; math in `mmjax.flowclip.score_pairs`)
+    s(I, T) = s_G(I, T) + α · s_L(I, T)          (docs/design.md#icer F1; math in `mmjax.flowclip.score_pairs`)
     params:  M, M_tok, W ∈ R^{d×d}  (init I, I, 0 ⇒ s = cos(v_I, t_T) at step 0)
              log_logit_scale θ      (init log(1/0.07)); logit scale 1/τ_c = exp(min(θ, log 100))
 

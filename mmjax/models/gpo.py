@@ -1,4 +1,4 @@
-"""Generalized Pooling Operator (GPO) of VSE∞ (Chen et al., CVPR 2021), `maxmatch.md` §5.
+"""Generalized Pooling Operator (GPO) of VSE∞ (Chen et al., CVPR 2021), docs/design.md#gpo.
 
 For a set of n valid feature vectors x_1..x_n ∈ R^D:
 

@@ -1,4 +1,4 @@
-"""Image towers of MaxMatch / Set Div (`maxmatch.md` §5): precomputed region features and grid feature maps.
+"""Image towers of MaxMatch / Set Div (docs/design.md#region-tower): precomputed region features and grid feature maps.
 
 Both share one head over local features x_n ∈ R^F (n valid under the mask μ):
 

@@ -1,5 +1,5 @@
 """PVSE Polysemous Instance Embedding (PIE) head (Song & Soleymani, CVPR 2019), the MIL baseline's set head
-(`maxmatch.md` §5, PVSE plug-in experiment).
+(docs/design.md#pie-head, PVSE plug-in experiment).
 
     A        = softmax_tokens( W₂ tanh(W₁ x) )        [N × K], K attention heads (Lin et al. 2017 self-attention)
     r_k      = Dropout( σ( fc( Σ_t A_tk x_t ) ) )      residual k

@@ -1,4 +1,5 @@
-"""Masked pooling of token features into one global vector (the `maxmatch.img_pool = 'max'` global, `maxmatch.md` §5).
+"""Masked pooling of token features into one global vector (the `maxmatch.img_pool = 'max'` global,
+docs/design.md#region-tower).
 
     masked_max(x, μ)_d = max_{n: μ_n = 1} x_{n,d}
 

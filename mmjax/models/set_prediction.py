@@ -1,4 +1,5 @@
-"""Set prediction module (SPM) of Set Div (Kim et al., CVPR 2023), as used by MaxMatch (`maxmatch.md` §4).
+"""Set prediction module (SPM) of Set Div (Kim et al., CVPR 2023), as used by MaxMatch
+(docs/design.md#set-prediction-module).
 
 K learned queries E₀ ∈ R^{K×D} attend to the local features X ∈ R^{N×d_in} of one sample through L pre-norm blocks
 
@@ -147,7 +148,7 @@ class SetPredictionBlock(nn.Module):
 
 
 class SetPredictionModule(nn.Module):
-    """Set Div set prediction module (`maxmatch.md` §4). Defaults follow the official COCO script.
+    """Set Div set prediction module (docs/design.md#set-prediction-module). Defaults follow the official COCO script.
 
     Attributes:
       num_embeds: K, number of set elements (learned queries, init N(0, 1)).

@@ -1,4 +1,5 @@
-"""A small ResNet trained from scratch on ShapesWorld `pixels` (`shapesworld.md` §9 preset `maxmatch_pixels`) [default].
+"""A small ResNet trained from scratch on ShapesWorld `pixels` (docs/design.md#grid-tower preset `maxmatch_pixels`)
+[default].
 
     stem:   conv3×3(C₀) · BN · ReLU                                   (stride 1)
     stage s: BasicBlock(C_s, stride 1 if s = 0 else 2) × n_s

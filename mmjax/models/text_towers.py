@@ -1,4 +1,4 @@
-"""Text towers of MaxMatch / Set Div (`maxmatch.md` §5). Inputs: ids [B,T] int, mask [B,T] (1 = token).
+"""Text towers of MaxMatch / Set Div (docs/design.md#text-towers). Inputs: ids [B,T] int, mask [B,T] (1 = token).
 
 Bi-GRU tower (`kdwonn/DivE` `model_spm.py` `EncoderText`, `--gpo_rnn --txt_attention_input wemb
 --spm_txt_pos_enc_type sine`):

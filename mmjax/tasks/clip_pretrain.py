@@ -1,4 +1,5 @@
-"""A small CLIP-style dual encoder trained contrastively on ShapesWorld pixels (`shapesworld.md` §9 `base_clip`).
+"""A small CLIP-style dual encoder trained contrastively on ShapesWorld pixels (docs/design.md#shapesworld-presets
+`base_clip`).
 
 The towers are `mmjax.models.clip.CLIPModel` (HF CLIP architecture): ViT with 8×8 patches on 64×64 pixels and a
 causal text transformer over the ShapesWorld word tokenizer, pooled at [SEP] (the tokenizer's end token plays CLIP's

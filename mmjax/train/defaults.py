@@ -66,8 +66,8 @@ def retrieval_evals(*, set_analysis: bool = True) -> dict:
 
 
 def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
-    """MaxMatch on ShapesWorld regions (the project default, `shapesworld.md` §9 `maxmatch_regions` with a 2-epoch
-    CPU budget); `configs/*.py` adjust it per experiment."""
+    """MaxMatch on ShapesWorld regions (the project default, docs/design.md#shapesworld-presets `maxmatch_regions` with
+    a 2-epoch CPU budget); `configs/*.py` adjust it per experiment."""
     c = ml_collections.ConfigDict()
     c.task = "retrieval"
     c.seed = 0
@@ -111,7 +111,7 @@ def retrieval_config(variant: str = "") -> ml_collections.ConfigDict:
 
 
 def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
-    """`shapesworld.md` §9 `base_clip`: ViT (patch 8 on 64×64, width 256, 4 layers) + 4-layer causal text
+    """docs/design.md#shapesworld-presets `base_clip`: ViT (patch 8 on 64×64, width 256, 4 layers) + 4-layer causal text
     transformer, projections to 128, symmetric InfoNCE with learnable temperature, AdamW 5e-4, wd 0.1, cosine with 500
     warm-up steps, batch 512, 20 epochs."""
     c = ml_collections.ConfigDict()
@@ -142,8 +142,8 @@ FLOWCLIP_HEADS = {"flowclip_cimr": (True, 0.1), "flowclip_hnb": (True, 0.0), "gl
 
 
 def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
-    """Flow-CLIP heads on frozen features (`flowclip.md` §7, LABCLIP recipe): Adam 1e-3, no weight decay or
-    schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = the spec's project defaults.
+    """Flow-CLIP heads on frozen features (docs/design.md#flowclip-training, LABCLIP recipe): Adam 1e-3, no weight decay
+    or schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = the spec's project defaults.
 
     `variant`: comma-separated head (`FLOWCLIP_HEADS`: {Flow-CLIP, Global-M} × {HNB + CIMR, HNB}; default
     flowclip_cimr) and optionally `smoke` (the test size), e.g. "globalm_hnb,smoke".

@@ -1,4 +1,4 @@
-"""ShapesWorld generator tests (`shapesworld.md` §11), checked against the scene graph with an independent
+"""ShapesWorld generator tests (docs/design.md#testing), checked against the scene graph with an independent
 text-parsing oracle (`shapesworld_oracle.py`) and pixel / feature checks."""
 
 import collections

@@ -1,4 +1,5 @@
-"""ShapesWorld evaluation suites (`shapesworld.md` §10–11): counts, gold indices, chance and oracle scorers."""
+"""ShapesWorld evaluation suites (docs/design.md#shapesworld-suites, docs/design.md#testing): counts, gold indices,
+chance and oracle scorers."""
 
 import os
 import sys

@@ -1,4 +1,4 @@
-"""TFDS build + read round-trip without TensorFlow (`shapesworld.md` §8.2)."""
+"""TFDS build + read round-trip without TensorFlow (docs/design.md#shapesworld-tfds)."""
 
 import sys
 

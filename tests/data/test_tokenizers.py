@@ -1,4 +1,4 @@
-"""Tokenizers: ids, attention mask and valid-token mask (`shapesworld.md` §7, `flowclip.md` §1)."""
+"""Tokenizers: ids, attention mask and valid-token mask (docs/design.md#tokenizers, docs/design.md#flowclip-inputs)."""
 
 import importlib.util
 import json

@@ -1,4 +1,4 @@
-"""ShapesWorld suites through the compositional evaluator and the controls (`shapesworld.md` §10)."""
+"""ShapesWorld suites through the compositional evaluator and the controls (docs/design.md#shapesworld-suites)."""
 
 import numpy as np
 import pytest

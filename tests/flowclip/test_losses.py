@@ -1,4 +1,5 @@
-"""HNB, CIMR, donors and the Flow-CLIP objective (spec flowclip.md §5, §10) against float64 numpy oracles."""
+"""HNB, CIMR, donors and the Flow-CLIP objective (docs/design.md#flowclip-losses, docs/design.md#testing) against
+float64 numpy oracles."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""Flow-CLIP scorer: properties of spec flowclip.md §10 and equivalence of the all-pairs forms with Algorithm 1."""
+"""Flow-CLIP scorer: properties of docs/design.md#testing and equivalence of the all-pairs forms with Algorithm 1."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""Losses against brute-force / float64 numpy references (spec maxmatch.md §3, §9)."""
+"""Losses against brute-force / float64 numpy references (docs/design.md#losses, docs/design.md#testing)."""
 
 import itertools
 

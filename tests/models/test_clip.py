@@ -1,7 +1,7 @@
 """Flax CLIP vs transformers' PyTorch CLIPModel on a tiny random checkpoint written with `save_pretrained`.
 
-Checks the Flow-CLIP taps of `flowclip.md` §1 against HF's own computations: globals against HF's pooled paths
-(CLS → post_layernorm → visual_projection; first EOT → text_projection), patch states against post_layernorm +
+Checks the Flow-CLIP taps of docs/design.md#flowclip-inputs against HF's own computations: globals against HF's pooled
+paths (CLS → post_layernorm → visual_projection; first EOT → text_projection), patch states against post_layernorm +
 visual_projection applied to HF's vision last_hidden_state, token states against text_projection of HF's text
 last_hidden_state, and the logit-scaled cosine matrix against `CLIPModel.forward`'s logits_per_image.
 """

@@ -84,5 +84,5 @@ def test_gradients_reach_m_and_w_at_init():
     params = head.init(jax.random.PRNGKey(0), image, text)["params"]
     grads = jax.grad(lambda p: head.apply({"params": p}, image, text).sum())(params)
     assert np.abs(grads["M"]).max() > 0 and np.abs(grads["W"]).max() > 0
-    # ∂s/∂M_tok = 0 while W = 0 (flowclip.md §3); the Gram form leaves float32 rounding of ~1e-8.
+    # ∂s/∂M_tok = 0 while W = 0 (docs/design.md#icer); the Gram form leaves float32 rounding of ~1e-8.
     np.testing.assert_allclose(grads["M_tok"], 0.0, atol=1e-6)

@@ -1,4 +1,4 @@
-"""GPO (VSE∞) and masked max pooling (`maxmatch.md` §5, §9)."""
+"""GPO (VSE∞) and masked max pooling (docs/design.md#gpo, docs/design.md#testing)."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Set prediction module (`maxmatch.md` §4, §9 "SPM and encoders") against a float64 numpy reference."""
+"""Set prediction module (docs/design.md#set-prediction-module, docs/design.md#testing) against a float64 numpy
+reference."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Region / grid / text towers, PIE head, small ResNet and the GloVe reader (`maxmatch.md` §5, §9)."""
+"""Region / grid / text towers, PIE head, small ResNet and the GloVe reader (docs/design.md#encoders,
+docs/design.md#testing)."""
 
 import jax
 import jax.numpy as jnp

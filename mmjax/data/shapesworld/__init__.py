@@ -1,4 +1,4 @@
-"""ShapesWorld: the embedded synthetic image–text data set (`shapesworld.md`).
+"""ShapesWorld: the embedded synthetic image–text data set (docs/design.md#shapesworld).
 
 `generate(split, *, preset='default'|'tiny', seed, mode='regions'|'pixels', **config_overrides)` returns a dict:
 

@@ -1,4 +1,4 @@
-"""Caption grammar, meaning vectors, truth semantics and the choice of 5 readings (`shapesworld.md` §4).
+"""Caption grammar, meaning vectors, truth semantics and the choice of 5 readings (docs/design.md#shapesworld-captions).
 
 Meaning vector (width 10, −1 = absent; size −1 = not mentioned):
     [type, template, colour1, shape1, size1, colour2, shape2, size2, rel, cell]

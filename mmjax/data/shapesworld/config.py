@@ -1,4 +1,4 @@
-"""ShapesWorld configuration (`shapesworld.md` §1) and the fixed grammar vocabulary.
+"""ShapesWorld configuration (docs/design.md#shapesworld-config) and the fixed grammar vocabulary.
 
 Every number of the data set is a field of `ShapesWorldConfig`; presets (`'default'`, `'tiny'`) only change
 `split_sizes`. The word lists are part of the grammar (§4) and fixed: changing them changes the tokenizer
@@ -47,7 +47,7 @@ PRESET_SPLIT_SIZES = {
 
 @dataclasses.dataclass(frozen=True)
 class ShapesWorldConfig:
-    """All ShapesWorld fields of `shapesworld.md` §1 (documented there; defaults are the project's)."""
+    """All ShapesWorld fields of docs/design.md#shapesworld-config (defaults are the project's)."""
 
     seed: int = 0
     grid: int = 3

@@ -1,4 +1,4 @@
-"""The in-memory ShapesWorld generator (`shapesworld.md` §6, §8.1).
+"""The in-memory ShapesWorld generator (docs/design.md#shapesworld-splits, docs/design.md#shapesworld-delivery).
 
 Every example is a pure function of (config, split, index): its rng is
 `Generator(PCG64(SeedSequence([seed, split_code, index])))`, consumed in the fixed order

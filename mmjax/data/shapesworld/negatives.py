@@ -1,4 +1,4 @@
-"""Typed hard negatives (`shapesworld.md` §5) and the per-record Flow-CLIP training negative.
+"""Typed hard negatives (docs/design.md#shapesworld-negatives) and the per-record Flow-CLIP training negative.
 
 Non-order negatives are edits of the caption's *meaning*, rendered by the grammar and kept only if false on the
 scene (truth checker) and, in the train split, if they mention no held-out pair. Order negatives are ARO-style token

@@ -1,4 +1,4 @@
-"""Regions mode (`shapesworld.md` §3.2): R detector-like feature vectors of dimension F per image.
+"""Regions mode (docs/design.md#shapesworld-regions): R detector-like feature vectors of dimension F per image.
 
     object:      x = E_shape[s] + E_colour[c] + E_size[z] + β_box W_box b + σ ξ
     partial:     x = γ (E_shape + E_colour + E_size)[o] + β_box W_box b' + σ ξ,  γ ~ U[0.3, 0.7]

@@ -1,4 +1,5 @@
-"""Pixels mode (`shapesworld.md` §3.1): RGB uint8 images drawn with Pillow at `supersample`× and box-downsampled.
+"""Pixels mode (docs/design.md#shapesworld-pixels): RGB uint8 images drawn with Pillow at `supersample`× and
+box-downsampled.
 
 Background: a light low-saturation base colour plus a linear ramp; objects in their base colour with per-object
 jitter; Gaussian pixel noise after downsampling. Object geometry comes from the scene's boxes (shared with regions

@@ -1,4 +1,5 @@
-"""Scene model (`shapesworld.md` §2): objects in distinct grid cells, distinct colour–shape pairs, relations.
+"""Scene model (docs/design.md#shapesworld-scenes): objects in distinct grid cells, distinct colour–shape pairs,
+relations.
 
 A scene is a small frozen dataclass of per-object int tuples plus normalised boxes. Box geometry (side, centre
 jitter) is sampled here, once, so pixels and regions modes share the same scene graph for a given index.

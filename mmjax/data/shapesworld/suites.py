@@ -1,4 +1,4 @@
-"""ShapesWorld evaluation suites (`shapesworld.md` §10) as `CompositionalRecord`s plus the retrieval suite.
+"""ShapesWorld evaluation suites (docs/design.md#shapesworld-suites) as `CompositionalRecord`s plus the retrieval suite.
 
 Compositional tasks (gold index 0, strict ties — the evaluator applies the policy):
     binding            [pos, swap_att]  P/R captions; subgroup = caption type 'P' | 'R'
@@ -12,7 +12,7 @@ Compositional tasks (gold index 0, strict ties — the evaluator applies the pol
 `image` / `image_id` are the str image id; `meta` holds `image_index` (row in the split arrays), `caption_index`,
 `caption_type` ('O'|'P'|'R'), `unseen` (caption mentions a held-out pair; report overall / seen / unseen) and the
 negative's `neg_type`. The Real / Shuffle / Fixed image-replacement controls are applied by the evaluator on
-`image_id` (`flowclip.md` §8.7).
+`image_id` (docs/design.md#image-replacement-controls).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""TFDS builder `shapes_world` (`shapesworld.md` §8.2): array_record files, builds and reads without TensorFlow.
+"""TFDS builder `shapes_world` (docs/design.md#shapesworld-tfds): array_record files, builds and reads without
+TensorFlow.
 
     builder = ShapesWorldBuilder(config="tiny_regions", data_dir=..., file_format="array_record")
     builder.download_and_prepare()
@@ -32,7 +33,7 @@ class ShapesWorldBuilder(tfds.core.GeneratorBasedBuilder):
 
     name = "shapes_world"
     VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release (generator of shapesworld.md)."}
+    RELEASE_NOTES = {"1.0.0": "Initial release (the generator of docs/design.md#shapesworld)."}
     BUILDER_CONFIGS = [
         ShapesWorldBuilderConfig(name="regions", preset="default", mode="regions"),
         ShapesWorldBuilderConfig(name="pixels", preset="default", mode="pixels"),
@@ -86,7 +87,7 @@ class ShapesWorldBuilder(tfds.core.GeneratorBasedBuilder):
                 "region_kind": f.Tensor(shape=(r,), dtype=np.int32),
                 "region_object": f.Tensor(shape=(r,), dtype=np.int32),
             })
-        return tfds.core.DatasetInfo(builder=self, description="ShapesWorld (mmjax shapesworld.md)",
+        return tfds.core.DatasetInfo(builder=self, description="ShapesWorld (mmjax docs/design.md#shapesworld)",
                                      features=tfds.features.FeaturesDict(features))
 
     def _split_generators(self, dl_manager):
