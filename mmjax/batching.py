@@ -11,6 +11,7 @@ in a notebook, and one plain line per refresh when stdout is a log file or a pip
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,6 +32,10 @@ def pad_rows(x, n: int):
     return jax.tree_util.tree_map(pad, x)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_EMPTY_BAR = re.compile(r"(^|\s)0%\|")
+
+
 class _LineWriter:
     """A file-like sink that hands each finished tqdm line to `log` (for callers that collect log lines)."""
 
@@ -38,8 +43,9 @@ class _LineWriter:
         self.log = log
 
     def write(self, text: str) -> None:
-        text = text.strip("\r\n ")
-        if text:
+        # Cursor moves (nested bars) mean nothing in a log; the 0 % line of a new bar carries no information.
+        text = _ANSI.sub("", text).strip("\r\n ")
+        if text and not _EMPTY_BAR.search(text):
             self.log(text)
 
     def flush(self) -> None:
