@@ -182,7 +182,7 @@ class HFCLIPEvaluation:
         img = {k: jnp.asarray(v, jnp.float32) for k, v in img.items()}
         txt = {k: v if k == "valid" else jnp.asarray(v, jnp.float32) for k, v in txt.items()}
         return score_pairs(self.head_params, img, txt, alpha=fc["alpha"], tau_p=fc["tau_p"], pool=fc["pool"],
-                           method=fc["all_pairs"], chunk_size=fc["score_chunk_images"] or None,
+                           method=fc["all_pairs"], chunk_size=fc["score_chunk_images"],
                            chunk_budget_bytes=fc.get("score_chunk_bytes", DEFAULT_CHUNK_BUDGET_BYTES),
                            use_local=fc["use_local"])
 

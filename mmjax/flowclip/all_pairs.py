@@ -160,7 +160,7 @@ def icer_local_score(
       tau_p: pooling temperature τ_p (`flowclip.tau_p`, 0.02).
       pool: `'logsumexp'` or `'logmeanexp'` (`flowclip.pool`; identical Δ).
       method: `'gram'` | `'direct'` | `'reference'` (`flowclip.all_pairs`).
-      chunk_size: images per chunk (`flowclip.score_chunk_images`); need not divide Bi. None: from the budget.
+      chunk_size: images per chunk (`flowclip.score_chunk_images`); need not divide Bi. None or 0: from the budget.
       chunk_budget_bytes: activation budget of one chunk when `chunk_size` is None (`chunk_for_budget`).
     """
     bi, _, _ = validation.check_shapes(params, image, text)
@@ -168,12 +168,12 @@ def icer_local_score(
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
     if pool not in POOLS:
         raise ValueError(f"pool must be one of {POOLS}; got {pool!r}")
-    if chunk_size is None:
+    if chunk_size is None or chunk_size == 0:  # 0 is the config's "from the budget" (flowclip.score_chunk_images)
         bt, l_tok = text["tokens"].shape[:2]
         n_patches, dim = image["patches"].shape[1:]
         chunk = chunk_for_budget(chunk_budget_bytes, bi, bt, l_tok, n_patches, dim, method)
     elif not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
+        raise ValueError(f"chunk_size must be a positive int, or 0 / None (from the budget); got {chunk_size!r}")
     else:
         chunk = min(chunk_size, bi)
     n_chunks = -(-bi // chunk)

@@ -100,7 +100,7 @@ def flowclip_objective(params, logit_scale, batch, rng=None, config=None, **over
     mean_abs_local = jnp.zeros(())
     if cfg.use_local:
         s_local = icer_local_score(params, image, texts, tau_p=cfg.tau_p, pool=cfg.pool, method=cfg.all_pairs,
-                                   chunk_size=cfg.score_chunk_images or None,
+                                   chunk_size=cfg.score_chunk_images,
                                    chunk_budget_bytes=cfg.score_chunk_bytes)
         scores = scores + cfg.alpha * s_local
         mean_abs_local = jnp.mean(jnp.abs(s_local))

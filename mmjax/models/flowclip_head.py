@@ -53,5 +53,5 @@ class FlowCLIPHead(nn.Module):
 
     def __call__(self, image: Mapping[str, Any], text: Mapping[str, Any]) -> jax.Array:
         return score_pairs(self.scorer_params(), image, text, alpha=self.alpha, tau_p=self.tau_p, pool=self.pool,
-                           method=self.method, chunk_size=self.chunk_size or None,
+                           method=self.method, chunk_size=self.chunk_size,
                            chunk_budget_bytes=self.chunk_budget_bytes, use_local=self.use_local)

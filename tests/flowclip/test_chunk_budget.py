@@ -73,7 +73,10 @@ def test_explicit_chunk_size_wins_and_is_validated():
         a = fc.score_pairs(params, image, text, tau_p=TAU, chunk_size=3, chunk_budget_bytes=1)
         b = fc.score_pairs(params, image, text, tau_p=TAU)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="chunk_size must be a positive int or None"):
-        fc.score_pairs(params, image, text, chunk_size=0)
+    # 0 means "from the budget" (the config's default), like None
+    with jax.default_matmul_precision("float32"):
+        np.testing.assert_allclose(fc.score_pairs(params, image, text, tau_p=TAU, chunk_size=0), b, rtol=1e-6)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int, or 0 / None"):
+        fc.score_pairs(params, image, text, chunk_size=-1)
     with pytest.raises(ValueError, match="chunk_budget_bytes must be a positive int"):
         fc.score_pairs(params, image, text, chunk_budget_bytes=-5)
