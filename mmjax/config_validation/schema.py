@@ -88,6 +88,9 @@ MATCHING = {   # mmjax.matching.solve_with_aux options (`config.matching`)
     "matching.auction.loop": Choice(("while", "scan")), "matching.auction.certificate": Choice(CERTIFICATES),
     "matching.auction.eps_final": Num(gt=0, none_ok=True), "matching.auction.max_rounds": Int(ge=1, none_ok=True),
     "matching.auction.repair_capacity_frac": Num(gt=0, le=1),
+    "matching.auction.compaction": Num(gt=1), "matching.auction.min_buffer": Int(ge=1),
+    "matching.auction.integer_eps": BOOL, "matching.auction.warm_start": Choice(("dual", "none")),
+    "matching.auction.chunk_elems": Int(ge=1, none_ok=True),
     "matching.sinkhorn.tau": Num(gt=0), "matching.sinkhorn.iters": Int(ge=1),
 }
 SCHEMA = {

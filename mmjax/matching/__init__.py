@@ -81,12 +81,17 @@ def _check_scores(scores):
         raise ValueError(f"scores blocks must be non-empty, got shape {scores.shape}")
     if not jnp.issubdtype(scores.dtype, jnp.floating) and not jnp.issubdtype(scores.dtype, jnp.integer):
         raise ValueError(f"scores must be real-valued, got dtype {scores.dtype}")
-    if not isinstance(scores, jax.core.Tracer):
-        host = np.asarray(scores)
-        if not np.all(np.isfinite(host)):
-            bad = np.argwhere(~np.isfinite(host))[0]
-            raise ValueError(f"scores contain non-finite values (first at index {tuple(int(i) for i in bad)}); "
-                             "refusing to match NaN/inf")
+
+
+def _check_finite_valid_cells(scores, cell_valid):
+    """Eager calls refuse NaN/inf in *valid* cells; masked (padding) cells may hold anything, as under jit."""
+    if isinstance(scores, jax.core.Tracer) or isinstance(cell_valid, jax.core.Tracer):
+        return
+    bad = ~np.isfinite(np.asarray(scores)) & np.asarray(cell_valid)
+    if bad.any():
+        first = np.argwhere(bad)[0]
+        raise ValueError(f"scores contain non-finite values in valid cells (first at index "
+                         f"{tuple(int(i) for i in first)}); refusing to match NaN/inf")
 
 
 def _repair(a, perms, needs_repair, capacity_frac: float):
@@ -150,6 +155,7 @@ def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto
         if mask is not None or n != m:
             raise ValueError(f"method='sinkhorn' needs square unmasked blocks, got shape {scores.shape} "
                              f"and mask={'given' if mask is not None else None}")
+        _check_finite_valid_cells(scores, np.ones(scores.shape, bool))
         opts = dict(sinkhorn or {})
         flat = jax.lax.stop_gradient(scores).astype(jnp.float32).reshape((-1, n, n))
         plan = jax.vmap(lambda x: sinkhorn_plan(x, **opts))(flat).reshape(scores.shape)
@@ -158,6 +164,7 @@ def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto
         raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
 
     row_valid, col_valid, cell_valid = normalise_masks(scores, mask)
+    _check_finite_valid_cells(scores, cell_valid)
     a, cell_sq, nonfinite = square_benefit(scores, row_valid, col_valid, cell_valid, pad_penalty)
     batch = scores.shape[:-2]
     flat = a.reshape((-1, k, k))

@@ -38,6 +38,8 @@ class RetrievalTask:
         self.regions = self.data.regions
         self.pretrained = load_pretrained_text(config.model.text, self.tokenizer)
         self.model = build_retrieval_model(config.model, self.tokenizer.vocab_size, self.pretrained.bert_module)
+        if d.name == "precomp":  # read train and dev now: a dev split of another feature size fails before training
+            self.data.split("train"), self.data.split(d.val_split)
         self.examples_per_step = d.batch_size
         self.pipeline = PipelineConfig(batch_size=d.batch_size, seed=config.seed, augment=d.augment,
                                        region_drop_prob=d.region_drop_prob, caption_drop_prob=d.caption_drop_prob,

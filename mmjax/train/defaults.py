@@ -48,7 +48,9 @@ def matching_config():
     `loss.solver`). docs/design.md#assignment-solvers."""
     return ml_collections.ConfigDict(dict(
         pad_penalty="auto",
-        auction=dict(eps_start_frac=0.25, theta=0.25, tol_cert=1e-5, certificate="bellman_ford", eps_final=1e-3,
+        # The auction's defaults (mmjax.matching.auction.solve_auction), each overridable by flag.
+        auction=dict(eps_start_frac=0.005, theta=0.1, tol_cert=1e-5, certificate="bellman_ford", eps_final=1e-3,
+                     compaction=4.0, min_buffer=64, integer_eps=True, warm_start="dual", chunk_elems=2 ** 18,
                      repair_capacity_frac=0.01),
         sinkhorn=dict(tau=0.05, iters=20)))
 

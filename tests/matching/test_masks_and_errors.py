@@ -79,13 +79,20 @@ def test_nan_eager_raises_and_jit_reports():
     assert np.all(np.asarray(cols)[[0, 1, 3]] >= 0)
 
 
-def test_nan_in_masked_cell_is_ignored():
+@pytest.mark.parametrize("method", ["enumerate", "hungarian", "auction"])
+def test_nan_in_masked_cell_is_ignored_eager_and_jit_alike(method):
     a = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
-    a[2, 2] = np.nan
+    a[2, 2], a[0, 2] = np.nan, np.inf  # both in masked cells (row 2 / column 2 are padding)
     row = np.array([True, True, False]); col = np.array([True, True, False])
-    cols, aux = jax.jit(lambda x: matching.solve_with_aux(x, "enumerate", (row, col)))(a)
-    assert float(aux["nonfinite_frac"]) == 0.0
-    assert sorted(np.asarray(cols)[:2].tolist()) == [0, 1]
+    jitted = jax.jit(lambda x: matching.solve_with_aux(x, method, (row, col)))(a)
+    eager = matching.solve_with_aux(a, method, (row, col))  # before: eager raised on the masked NaN
+    for cols, aux in (jitted, eager):
+        assert float(aux["nonfinite_frac"]) == 0.0
+        assert sorted(np.asarray(cols)[:2].tolist()) == [0, 1]
+    np.testing.assert_array_equal(np.asarray(jitted[0]), np.asarray(eager[0]))
+    a[1, 0] = np.nan  # a valid cell: eager refuses, jit reports
+    with pytest.raises(ValueError, match="non-finite values in valid cells"):
+        matching.solve(a, method, (row, col))
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -83,3 +83,21 @@ def test_glove_initialises_word_embeddings(tmp_path):
     table = np.asarray(load_exported(workdir)[0]["params"]["text_tower"]["word_embed"]["embedding"])
     for w in ("red", "circle", "above"):
         np.testing.assert_allclose(table[tok.vocab.index(w)], vectors[w], atol=0.05)
+
+
+def test_dev_split_of_another_feature_size_fails_before_training(tmp_path, minilm_dir):
+    """Train features 48-d, dev 40-d: refused when the task is built, naming both files (before: trained, then
+    failed at the first validation)."""
+    from mmjax.data.records import DataFormatError
+    from mmjax.tasks import build_task
+    from tests.module_loader import load
+
+    root = str(tmp_path / "precomp")
+    write_precomp(root, "train", 8, 0)
+    write_precomp(root, "dev", 4, 1)
+    ims = os.path.join(root, "dev_ims.npy")
+    np.save(ims, np.load(ims)[..., :40])
+    config = load("configs/maxmatch_coco.py", "cfg_maxmatch_coco").get_config("bigru")
+    config.data.path, config.data.tokenizer_dir = root, minilm_dir
+    with pytest.raises(DataFormatError, match=r"dev_ims\.npy"):
+        build_task(config, str(tmp_path / "w"))
