@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.flowclip import validation
+from mmjax.normalize import safe_normalize  # noqa: F401  (re-exported: all_pairs, tests, notebooks use scorer.safe_normalize)
 
-NORM_EPS_SQ = 1e-12  # safe norm: x / sqrt(max(‖x‖², eps)); zero rows stay finite (and zero)
 POOLS = ("logsumexp", "logmeanexp")
 
 
@@ -36,12 +36,6 @@ def init_params(d: int, dtype=jnp.float32) -> dict[str, jax.Array]:
         raise ValueError(f"d must be a positive integer; got {d!r}")
     eye = jnp.eye(int(d), dtype=dtype)
     return {"M": eye, "M_tok": eye, "W": jnp.zeros((int(d), int(d)), dtype)}
-
-
-def safe_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
-    """norm(x) = x / sqrt(max(‖x‖², 1e-12)); finite value and gradient for x = 0."""
-    sq = jnp.sum(x * x, axis=axis, keepdims=True)
-    return x * jax.lax.rsqrt(jnp.maximum(sq, NORM_EPS_SQ))
 
 
 def smooth_max_pool(logits_times_tau: jax.Array, tau_p, *, pool: str = "logsumexp", axis: int = -1) -> jax.Array:

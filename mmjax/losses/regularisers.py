@@ -22,11 +22,12 @@ Normalisation uses max(‖x‖², 1e-12) so collapsed or zero inputs keep finite
 import jax
 import jax.numpy as jnp
 
-from mmjax.normalize import unit_normalize
+from mmjax.normalize import safe_normalize
 
 
 def _unit(x):
-    return unit_normalize(jnp.asarray(x, jnp.float32))
+    # Gradient-safe at zero rows: collapsed or zero residuals must not give NaN gradients.
+    return safe_normalize(jnp.asarray(x, jnp.float32))
 
 
 def _element_mask(x, mask, name):
