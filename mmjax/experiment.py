@@ -8,8 +8,8 @@
                                   `config.pretrained`), writing results.json / results.md / plots/*.png
 
 Validation and evaluation are the same code with the same scoring: `mmjax.evaluation.run.run_evals` with the
-similarity derived from `config.loss` / `config.matching` (`scoring`). This is the only module that imports both
-`mmjax.train` and `mmjax.evaluation`.
+similarity derived from `config.loss` / `config.matching` (`scoring`). This is the only module that drives both the
+trainer (`mmjax.train`) and the evaluators (`mmjax.evaluation`); neither of those imports the other.
 """
 
 from __future__ import annotations
