@@ -135,7 +135,7 @@ def test_docs_point_only_at_documents_in_the_repo():
     bad, missing = [], []
     for path in list(ROOT.glob("mmjax/**/*.py")) + list(ROOT.glob("configs/*.py")) + list(ROOT.glob("*.py")):
         text = path.read_text()
-        if re.search(r"(maxmatch|flowclip|shapesworld)\.md|spec §", text):
+        if re.search(r"(maxmatch|flowclip|shapesworld)\.m[d]\b|spec [§]", text):  # (written so it does not match itself)
             bad.append(str(path.relative_to(ROOT)))
         missing += [f"{path.relative_to(ROOT)}#{a}" for a in re.findall(r"docs/design\.md#([\w-]+)", text)
                     if a not in anchors]
