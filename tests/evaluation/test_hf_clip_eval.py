@@ -49,14 +49,7 @@ def _write_image(path: Path, rng, hw):
     Image.fromarray(rng.integers(0, 256, (*hw, 3), dtype=np.uint8)).save(path)
 
 
-def write_tiny_clip(directory: Path) -> Path:
-    config = hf_fixtures.tiny_clip_config_dict()
-    rng = np.random.default_rng(0)
-    tensors = {name: np.asarray(0.2 * rng.normal(size=shape), np.float32)
-               for name, shape in hf_loader_tests.hf_clip_shapes(config).items()}
-    hf_loader_tests.write_clip_checkpoint(directory, config, tensors)
-    hf_fixtures.write_tiny_clip_tokenizer(directory)
-    return directory
+write_tiny_clip = hf_loader_tests.write_tiny_clip
 
 
 def write_head_export(workdir: Path, dim: int) -> dict:

@@ -56,6 +56,19 @@ def write_clip_checkpoint(directory, config: dict, tensors: dict[str, np.ndarray
     save_file(tensors, str(directory / "model.safetensors"))
 
 
+def write_tiny_clip(directory):
+    """A random tiny HF CLIP directory (config, model.safetensors, tokenizer) for the evaluation and cache tests."""
+    from tests.module_loader import load
+    fixtures = load("tests/models/conftest.py", "hf_fixtures")
+    config = fixtures.tiny_clip_config_dict()
+    rng = np.random.default_rng(0)
+    tensors = {name: np.asarray(0.2 * rng.normal(size=shape), np.float32)
+               for name, shape in hf_clip_shapes(config).items()}
+    write_clip_checkpoint(directory, config, tensors)
+    fixtures.write_tiny_clip_tokenizer(directory)
+    return directory
+
+
 @pytest.fixture
 def clip_tensors(hf_tiny_clip_config):
     rng = np.random.default_rng(0)
