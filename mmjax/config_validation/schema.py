@@ -114,7 +114,7 @@ SCHEMA = {
         "loss.similarity": Choice(similarity.KINDS), "loss.s_h": Num(),
         "loss.match_on": Choice(("cos", "transformed")), "loss.solver": Choice(ASSIGNMENT_SOLVERS),
         "loss.alpha": Num(gt=0), "loss.margin": Num(ge=0), "loss.hard_negative": Choice(("max", "all")),
-        "loss.warmup_epochs": Int(ge=0), "loss.warmup_reduction": Choice(("mean", "sum")),
+        "loss.warmup_epochs": Int(ge=0), "loss.hard_negative_ramp_epochs": Num(ge=0), "loss.warmup_reduction": Choice(("mean", "sum")),
         "loss.reduction": Choice(("mean", "sum")), "loss.lambda_*": Num(ge=0), "loss.con_temperature": Num(gt=0),
         "loss.delta_gd": Num(), "loss.delta_isd": Num(), "loss.gd_isd_shape": Choice(("exp", "hinge")),
         "loss.gd_isd_scale": Num(gt=0), "loss.gd_target": Choice(("final", "residual")),

@@ -4,7 +4,9 @@
 
 S = `pairwise_set_similarity(image sets, caption sets, cfg.similarity)` (S_H for MaxMatch; smooth-Chamfer for Set Div,
 MIL for PVSE, any kind with K = 1 for VSE∞); L_tri is the hardest-negative triplet (VSE0 all-negative form while
-`warmup` is True — a static Python flag, so the warm-up switch compiles two step functions, never one per step);
+`warmup` is True — a static Python flag, so the warm-up switch compiles two step functions, never one per step; during
+the optional hard-negative ramp `warmup` is a traced weight w ∈ [0, 1] and L_tri = w·L_all + (1 − w)·L_max,
+docs/design.md#vse0-warmup);
 L_con the symmetric multi-positive InfoNCE over S/τ_con; Div, GD and ISD are summed over the two modalities
 (`modality_reduce='sum'`, Set Div) or averaged (`'mean'`); MMD runs between all valid image and caption elements.
 Terms whose weight is 0 are not computed.
@@ -13,6 +15,9 @@ Model outputs per modality: a mapping with "set" [N, K, D] (unit rows), "residua
 normalised LN(global) added to every residual) and optionally "mask" [N, K].
 """
 
+import functools
+
+import jax.numpy as jnp
 import ml_collections
 
 from mmjax.losses.mmd import mmd_loss
@@ -33,6 +38,7 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
         hard_negative="max",          # after warm-up
         warmup_epochs=1,              # VSE0 all-negative epochs before hard negatives (read by the trainer)
         warmup_reduction="mean",      # VSE0 warm-up: 'mean' (Set Div) | 'sum' (VSE∞)
+        hard_negative_ramp_epochs=0.0,  # after warm-up, blend all → hardest negatives linearly over this many epochs
         reduction="mean",             # triplet after warm-up: 'mean' (Set Div, MaxMatch) | 'sum' (VSE∞)
         lambda_con=0.5, con_temperature=0.05,
         lambda_gd=0.1, delta_gd=0.6,
@@ -73,10 +79,11 @@ def _target(out, which, name):
     return out["set"] if which == "final" else out["residual"]
 
 
-def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup: bool = False, image_ids=None,
+def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, image_ids=None,
                        image_valid=None, caption_valid=None, matching=None):
     """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring); `matching`: the
-    `config.matching` solver options (see `similarity_options`)."""
+    `config.matching` solver options (see `similarity_options`). `warmup`: True (VSE0 all-negative triplet), False
+    (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the all-negative form during the ramp."""
     base = maxmatch_loss_config()
     if cfg is not None:
         unknown = set(dict(cfg)) - set(base.keys())
@@ -94,11 +101,22 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup: bool = F
     scores = pairwise_set_similarity(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
                                      **similarity_options(cfg, matching))
     valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
-    tri, parts = triplet_loss(scores, caption_image, margin=cfg.margin,
-                              hard_negative="all" if warmup else cfg.hard_negative,
-                              reduction=cfg.warmup_reduction if warmup else cfg.reduction, **valid)
+    tri_all = functools.partial(triplet_loss, scores, caption_image, margin=cfg.margin, hard_negative="all",
+                                reduction=cfg.warmup_reduction, **valid)
+    tri_hard = functools.partial(triplet_loss, scores, caption_image, margin=cfg.margin,
+                                 hard_negative=cfg.hard_negative, reduction=cfg.reduction, **valid)
+    if isinstance(warmup, bool):
+        tri, parts = tri_all() if warmup else tri_hard()
+        w = jnp.float32(warmup)
+    else:  # the ramp: both forms on the same scores, blended by the traced weight
+        (a, pa), (h, ph) = tri_all(), tri_hard()
+        w = jnp.asarray(warmup, jnp.float32)
+        tri = w * a + (1.0 - w) * h
+        parts = {k: w * pa[k] + (1.0 - w) * ph[k] for k in pa}
     total = tri
-    metrics = {"loss/triplet": tri, "loss/triplet_i2t": parts["i2t"], "loss/triplet_t2i": parts["t2i"]}
+    # Logged in every phase (the trainer averages each key over a logging window that may span two phases).
+    metrics = {"loss/triplet": tri, "loss/triplet_i2t": parts["i2t"], "loss/triplet_t2i": parts["t2i"],
+               "loss/all_negative_weight": w}
     if cfg.lambda_con:
         con, _ = infonce_loss(scores, caption_image, temperature=cfg.con_temperature, **valid)
         total += cfg.lambda_con * con

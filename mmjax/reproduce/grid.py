@@ -16,7 +16,8 @@ Budgets: 'default' = each config's default variant (the main-job budget: 2 epoch
 5 for the heads) with validation every epoch, so every cell has a best-on-validation export; 'smoke' = the configs'
 `smoke` variants (ShapesWorld `tiny`, small models) cut to `SMOKE_STEPS` steps with one validation at the end.
 Every cell evaluates the test split itself (`final_eval` off); the data seed is fixed, the seed varies init and
-batch order (`config.seed`).
+batch order (`config.seed`). Every retrieval cell ramps hardest negatives in over `HARD_NEGATIVE_RAMP_EPOCHS` after the
+VSE0 warm-up (`loss.hard_negative_ramp_epochs`), the stability choice of docs/design.md#vse0-warmup.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Callable
 
 BUDGETS = ("smoke", "default")
 SMOKE_STEPS = 4
+HARD_NEGATIVE_RAMP_EPOCHS = 1.0
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 GROUPS = ("ablation", "baselines", "flowclip")
 
@@ -129,6 +131,9 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
         c.train.eval_every_epoch = True  # validation each epoch picks the best checkpoint
     if c.task == "retrieval":
         c.evals = _retrieval_evals(spec, c)
+        # Stability choice for every retrieval cell alike (docs/design.md#vse0-warmup): hardest negatives come in over
+        # one epoch after the VSE0 warm-up instead of at once, where the triplet-only Set Div recipe collapses.
+        c.loss.hard_negative_ramp_epochs = HARD_NEGATIVE_RAMP_EPOCHS
     if spec.needs_clip:
         clip_dir = Cell(SPEC_BY_NAME["clip"], cell.seed).workdir(out)
         c.data.clip_workdir = os.path.abspath(clip_dir)

@@ -44,17 +44,28 @@ def _cast_floating(tree, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-def make_train_step(task, tx, *, warmup: bool, compute_dtype: str = "float32"):
-    """The pure step. `compute_dtype='bfloat16'` runs the model on bf16 copies of the f32 params and inputs."""
+def make_train_step(task, tx, *, warmup: bool, ramp: tuple[int, int] | None = None,
+                    compute_dtype: str = "float32"):
+    """The pure step. `compute_dtype='bfloat16'` runs the model on bf16 copies of the f32 params and inputs.
+
+    `warmup` (static) selects the VSE0 all-negative triplet; `ramp=(start, length)` instead makes the task's
+    `warmup` a traced weight computed from `state.step` — 1 − (step − start + 1) / length, clipped to [0, 1] — so
+    the hard-negative ramp is a pure function of the step and resumes exactly (docs/design.md#vse0-warmup).
+    """
 
     def step(state: TrainState, batch: dict, rng):
+        phase = warmup
+        if ramp is not None:
+            start, length = ramp
+            phase = 1.0 - jnp.clip((state.step - start + 1).astype(jnp.float32) / length, 0.0, 1.0)
+
         def loss_fn(params):
             p, b = params, batch
             if compute_dtype != "float32":
                 p = _cast_floating(params, jnp.dtype(compute_dtype))
                 b = {k: (v.astype(compute_dtype) if k in ("image_feats", "images") and
                          jnp.issubdtype(v.dtype, jnp.floating) else v) for k, v in batch.items()}
-            return task.loss(p, state.extra, b, rng, warmup=warmup)
+            return task.loss(p, state.extra, b, rng, warmup=phase)
 
         (loss, (metrics, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -126,6 +137,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     steps_per_epoch = data.steps_per_epoch
     total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
     warmup_steps = int(config.loss.get("warmup_epochs", 0) * steps_per_epoch) if "loss" in config else 0
+    ramp_steps = int(round(config.loss.get("hard_negative_ramp_epochs", 0.0) * steps_per_epoch)) \
+        if "loss" in config else 0
     eval_every = steps_per_epoch if config.train.get("eval_every_epoch") else int(config.train.eval_every)
     sample = data.batch_at(0, 0)
     device_keys = [k for k in task.device_keys if k in sample]
@@ -165,9 +178,15 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     b_shard = batch_sharding(mesh, batch_axes)
     in_shardings = (state_shardings, {k: b_shard for k in device_keys}, replicated(mesh))
     out_shardings = (state_shardings, replicated(mesh))
-    steps = {w: jax.jit(make_train_step(task, tx, warmup=w, compute_dtype=config.train.compute_dtype),
-                        in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,))
-             for w in ({False, True} if warmup_steps else {False})}
+    # Three phases, each its own (lazily compiled) step: VSE0 warm-up, the hard-negative ramp, hardest negatives.
+    phase_kw = {"warmup": dict(warmup=True), "ramp": dict(warmup=False, ramp=(warmup_steps, max(ramp_steps, 1))),
+                "hard": dict(warmup=False)}
+    steps = {name: jax.jit(make_train_step(task, tx, **kw, compute_dtype=config.train.compute_dtype),
+                           in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,))
+             for name, kw in phase_kw.items()}
+
+    def phase(step):
+        return "warmup" if step < warmup_steps else "ramp" if step < warmup_steps + ramp_steps else "hard"
 
     writer = MetricWriter(workdir, enabled=is_lead, resume_step=start_step)
     progress = Progress(total_steps, start_step, task.examples_per_step, enabled=is_lead,
@@ -187,7 +206,7 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         batch = _device_batch(_global_caption_image(next(data)), device_keys)
         batch = shard_batch(batch, mesh, batch_axes)
         step_rng = jax.random.fold_in(state.rng, step)
-        state, metrics = steps[step < warmup_steps](state, batch, step_rng)
+        state, metrics = steps[phase(step)](state, batch, step_rng)
         pending.append(metrics)
         done = step + 1
         # Metrics are fetched (and checked for finiteness) before every checkpoint, so none holds a diverged state.

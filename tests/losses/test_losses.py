@@ -269,3 +269,22 @@ def test_similarity_options_are_derived_from_the_loss_and_matching_config():
     assert opts == {"s_h": 3.0, "match_on": "transformed", "solver": "auction", "alpha": 4.0,
                     "solver_options": {"pad_penalty": 9.0, "auction": {"theta": 0.5}},
                     "sinkhorn_tau": 0.1, "sinkhorn_iters": 7}
+
+
+def test_objective_ramp_blends_all_and_hardest_negative_triplets():
+    """During the hard-negative ramp L_tri = w·L_all + (1 − w)·L_max (w traced); w = 1 / 0 equal the two phases."""
+    rng = np.random.default_rng(7)
+    mk = lambda n: {"set": unit(rng.normal(size=(n, 4, 8))).astype(np.float32),
+                    "residual": rng.normal(size=(n, 4, 8)).astype(np.float32),
+                    "global": unit(rng.normal(size=(n, 8))).astype(np.float32)}
+    img, txt, ci = mk(4), mk(20), np.repeat(np.arange(4), 5)
+    cfg = dict(similarity="smooth_chamfer", warmup_reduction="sum", reduction="mean")
+    tri = lambda warmup: losses.maxmatch_objective(img, txt, ci, cfg, warmup=warmup)[1]["loss/triplet"]
+    l_all, l_max = float(tri(True)), float(tri(False))
+    assert abs(l_all - l_max) > 1e-3  # the two forms differ here, so the blend is a real check
+    blended = jax.jit(lambda w: losses.maxmatch_objective(img, txt, ci, cfg, warmup=w)[1])
+    for w in (0.0, 0.3, 1.0):
+        m = blended(jnp.float32(w))
+        np.testing.assert_allclose(m["loss/triplet"], w * l_all + (1 - w) * l_max, rtol=1e-5)
+        np.testing.assert_allclose(m["loss/triplet_i2t"] + m["loss/triplet_t2i"], m["loss/triplet"], rtol=1e-5)
+        assert float(m["loss/all_negative_weight"]) == pytest.approx(w)

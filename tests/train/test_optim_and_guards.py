@@ -62,3 +62,26 @@ def test_bfloat16_compute_trains(tmp_path):
     run_python(train_cmd("configs/maxmatch_shapes.py:smoke", workdir, "--config.train.compute_dtype=bfloat16"))
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl")) if "loss/total" in line]
     assert all(np.isfinite(r["loss/total"]) for r in rows)
+
+
+def test_ramp_weight_follows_the_state_step():
+    """`make_train_step(ramp=(start, length))` hands the task w = 1 − (step − start + 1)/length clipped to [0, 1],
+    computed from the state's step (so a resumed run continues the ramp); the static phases hand True / False."""
+    import optax
+    from mmjax.train.loop import make_train_step
+    from mmjax.train.state import TrainState
+
+    class WeightTask:  # loss = w · x: the gradient step is visible, and the metric is the weight the step saw
+        def loss(self, params, extra, batch, rng, *, warmup):
+            w = jnp.asarray(warmup, jnp.float32)
+            return w * params["x"], ({"w": w}, extra)
+
+    tx = optax.sgd(0.0)
+    state = lambda s: TrainState(step=jnp.int32(s), params={"x": jnp.float32(1.0)}, extra={},
+                                 opt_state=tx.init({"x": jnp.float32(1.0)}), rng=jax.random.PRNGKey(0))
+    ramp = jax.jit(make_train_step(WeightTask(), tx, warmup=False, ramp=(10, 4)))
+    seen = [float(ramp(state(s), {}, jax.random.PRNGKey(0))[1]["w"]) for s in (9, 10, 11, 13, 14)]
+    np.testing.assert_allclose(seen, [1.0, 0.75, 0.5, 0.0, 0.0])
+    for warmup, w in ((True, 1.0), (False, 0.0)):
+        step = jax.jit(make_train_step(WeightTask(), tx, warmup=warmup))
+        assert float(step(state(0), {}, jax.random.PRNGKey(0))[1]["w"]) == w
