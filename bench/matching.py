@@ -18,7 +18,11 @@ pre-repair certified fraction (1 − aux.repaired_frac) and bidding rounds (mean
 
 The solvers of one (K, kind) are compiled first and then timed alternately, round by round (`--repeats` rounds,
 medians), so a load change on the shared machine hits all of them alike; `os.getloadavg()` is printed and stored with
-every measurement.
+every measurement. Exception: a solver whose one call materialises more than `ISOLATE_BYTES` (enumerate at K = 8:
+N·K! float32 totals, 3.3 GB for 20 480 blocks) is timed in its own rounds after the others: the aftermath of such a
+call (most likely the OS reclaiming the memory; the process's system time goes from 0.5 s to 9 s) slows whichever
+call follows it (K = 8 cosine auction: 331 ms right after enumerate, 149 ms after enumerate and a 3 s pause, 154 ms in
+the rotation without it), which had made the auction look 0.24× the Hungarian instead of ≈ 0.75×.
 
 Cost model (`cost_model`, K = 4, 8, 16, 32, 64 on `--model-n` cosine blocks): the sequential trip count — while-loop
 iterations on the critical path of one batched call, which on an accelerator cost a loop step each whatever the
@@ -60,6 +64,7 @@ from mmjax import matching  # noqa: E402
 from mmjax.matching.compaction import stage_capacities  # noqa: E402
 
 DEFAULT_B = {4: 128, 8: 64, 16: 32, 32: 16}
+ISOLATE_BYTES = 2 ** 28   # solvers with a bigger per-call intermediate are timed outside the rotation (docstring)
 
 
 def make_blocks(kind: str, b: int, k: int, seed: int = 0) -> np.ndarray:
@@ -105,12 +110,15 @@ def bench_one(k: int, kind: str, b: int, repeats: int, scipy_sample: int) -> lis
     outs = {name: jax.block_until_ready(fn(a4)) for name, fn in fns.items()}   # compile + warm-up
     times = {name: [] for name in solvers}
     loads = []
-    for _ in range(repeats):   # alternate the solvers round by round
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(a4))
-            times[name].append(time.perf_counter() - t0)
-        loads.append(os.getloadavg()[0])
+    big = {s for s in solvers if s == "enumerate" and n * math.factorial(k) * 4 > ISOLATE_BYTES}
+    groups = [[s for s in solvers if s not in big], [s for s in solvers if s in big]]
+    for group in groups:
+        for _ in range(repeats if group else 0):   # alternate the solvers of a group round by round
+            for name in group:
+                t0 = time.perf_counter()
+                jax.block_until_ready(fns[name](a4))
+                times[name].append(time.perf_counter() - t0)
+            loads.append(os.getloadavg()[0])
     for name in solvers:
         secs = float(np.median(times[name]))
         cols, aux = outs[name]

@@ -2,7 +2,11 @@
 the ShapesWorld Flow-CLIP heads (docs/design.md#shapesworld-presets `base_clip`).
 
     python train.py --config configs/clip_shapes.py --workdir workdir/clip_shapes
+    python train.py --config configs/clip_shapes.py:cpu --workdir workdir/clip_shapes_cpu  # 2-core budget (minutes)
     python train.py --config configs/clip_shapes.py:smoke --workdir /tmp/clip_smoke     # tests (seconds)
+
+The default size needs an accelerator (≈ 15 s per step of 512 on a 2-core CPU, ≈ 3 h for its 20 epochs); `cpu`
+(width 128, 2 + 2 layers, batch 256, 4 epochs) is the size the reproduction grid trains.
 
 Its final step exports the parameters to `<workdir>/export/`, which `configs/flowclip_shapes.py` reads
 (`--config.data.clip_workdir`).

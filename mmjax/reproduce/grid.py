@@ -12,9 +12,12 @@ stays as its base config has it, so the ablation cells differ only in the fields
                heads on it; the heads of seed k use the CLIP of seed k (each seed replicates the whole pipeline) and
                share its feature cache
 
-Budgets: 'default' = each config's default variant (the main-job budget: 2 epochs for retrieval, 20 for the CLIP,
-5 for the heads) with validation every epoch, so every cell has a best-on-validation export; 'smoke' = the configs'
-`smoke` variants (ShapesWorld `tiny`, small models) cut to `SMOKE_STEPS` steps with one validation at the end.
+Budgets: 'default' = the main-job budget with validation every epoch, so every cell has a best-on-validation
+export: the retrieval configs' default variant (2 epochs), and the `cpu` variants of the Flow-CLIP grid (the CLIP:
+width 128, 2 + 2 layers, 4 epochs of batch 256; the heads: 300 steps of batch 64, validated at 150 and 300) — the
+configs' own defaults (20 CLIP epochs at width 256, 5 head epochs of batch 256) take hours per cell on 2 cores;
+'smoke' = the configs' `smoke` variants (ShapesWorld `tiny`, small models) cut to `SMOKE_STEPS` steps with one
+validation at the end.
 Every cell evaluates the test split itself (`final_eval` off); the data seed is fixed, the seed varies init and
 batch order (`config.seed`). Every retrieval cell ramps hardest negatives in over `HARD_NEGATIVE_RAMP_EPOCHS` after the
 VSE0 warm-up (`loss.hard_negative_ramp_epochs`), the stability choice of docs/design.md#vse0-warmup.
@@ -118,7 +121,8 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
     spec = cell.spec
-    variant = ",".join(p for p in (spec.variant, "smoke" if budget == "smoke" else "") if p)
+    size = "smoke" if budget == "smoke" else "cpu" if spec.group == "flowclip" else ""
+    variant = ",".join(p for p in (spec.variant, size) if p)
     c = load_config_module(spec.config_file, config_dir).get_config(variant)
     if spec.adjust is not None:
         spec.adjust(c)
@@ -127,6 +131,8 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
     if budget == "smoke":
         c.train.update(num_epochs=0, num_steps=SMOKE_STEPS, eval_every=SMOKE_STEPS, eval_every_epoch=False,
                        checkpoint_every=SMOKE_STEPS, log_every=2)
+    elif c.train.num_steps:  # a step budget (the Flow-CLIP heads' `cpu` variant) keeps its own validation cadence
+        c.train.eval_every_epoch = False
     else:
         c.train.eval_every_epoch = True  # validation each epoch picks the best checkpoint
     if c.task == "retrieval":
