@@ -1,4 +1,5 @@
-"""`python -m mmjax.reproduce --budget {smoke,default} --seeds N --out DIR [--cells a,b] [--report-only]`.
+"""`python -m mmjax.reproduce --budget {smoke,default} --seeds N --out DIR [--cells a,b] [--report-only]
+[--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every finished cell. Exit status 1 when a cell failed (the report is
@@ -22,6 +23,8 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
     p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")
     p.add_argument("--report-only", action="store_true", help="only re-render the report from finished cells")
+    p.add_argument("--publish", default="", help="also copy the report to this .md path, figures beside it in a "
+                   "directory of the same name (e.g. docs/reproduction.md + docs/reproduction/)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
@@ -61,6 +64,9 @@ def main(argv=None) -> int:
         print(f"[reproduce] no finished cells in {args.out}: nothing to report", file=sys.stderr)
         return 1
     report = write_report(records, args.out, budget=args.budget, seeds=args.seeds, command=command_line(args))
+    if args.publish:
+        from mmjax.reproduce.report import publish
+        print(f"[reproduce] published to {args.publish} (figures in {publish(args.out, args.publish)})", flush=True)
     verdicts = {}
     for row in report["claims"]:
         verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1

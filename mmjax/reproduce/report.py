@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import shutil
 
 from mmjax.reproduce.claims import CLAIMS, VERDICT_RULE, verdict
 from mmjax.reproduce.figures import write_figures
@@ -38,6 +40,7 @@ def aggregate(records: list[dict]) -> dict:
             "label": spec.label, "group": spec.group, "seeds": [r["seed"] for r in rs], "n_seeds": len(rs),
             "budget_detail": rs[0]["budget_detail"], "best_params": all(r["best_params"] for r in rs),
             "wall_s": summarize([r["wall_s"]["total"] for r in rs]),
+            "load_end": summarize([(r.get("load_avg_end") or [None])[0] for r in rs]),
             "stability": {"nonfinite_losses": sum(r["stability"]["nonfinite_losses"] for r in rs),
                           "best_val_rsum": summarize([r["stability"]["best_val_rsum"] for r in rs])},
             "notes": sorted({n for r in rs for n in r.get("notes", [])}),
@@ -141,16 +144,19 @@ def render_markdown(report: dict) -> str:
     agg, budget = report["cells"], report["budget"]
     L = [f"# Reproduction report ({budget} budget)", "",
          f"Regenerate: `{report['command']}` (finished cells are skipped; delete `cells/<name>/seed<k>/cell.json` to "
-         f"redo one). Total cell wall time: {report['wall_s_total']:.0f} s.", "", PROTOCOL_NOTE, ""]
+         f"redo one). Total cell wall time: {report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
+         f"on {report['machine']}; the grid table gives each cell's 1-minute load average when it finished "
+         "(– where the cell predates that record).", "", PROTOCOL_NOTE, ""]
     if budget == "smoke":
         L += [f"**Smoke budget** ({SMOKE_STEPS} steps per cell, ShapesWorld `tiny`): these numbers check the "
               "pipeline, not the papers' claims.", ""]
     L += ["## Grid and budget", ""]
     L += _table(["cell", "group", "seeds", "steps / epochs", "batch", "data", "validation", "wall s / seed",
-                 "non-finite losses", "best val RSUM", "notes"],
+                 "load at end", "non-finite losses", "best val RSUM", "notes"],
                 [[c["label"], c["group"], c["n_seeds"], c["budget_detail"]["num_steps"] or
                   f"{c['budget_detail']['num_epochs']} ep", c["budget_detail"]["batch_size"],
                   c["budget_detail"]["preset"], c["budget_detail"]["validation"], _ms(c["wall_s"], 0),
+                  _ms(c.get("load_end"), 1),
                   c["stability"]["nonfinite_losses"], _ms(c["stability"]["best_val_rsum"]), "; ".join(c["notes"])]
                  for c in agg.values()])
     head = ["cell", "seeds", "RSUM (best)", "RSUM (final)", "S_H exact RSUM", "top-k RSUM", "own-score RSUM",
@@ -176,7 +182,8 @@ def render_markdown(report: dict) -> str:
     L += _table(["cell", "image elements", "image residuals", "text elements", "text residuals"],
                 [[c["label"], *[_ms(c["metrics"]["best"].get(key), 3) for key in cv_keys]] for _, c in set_cells])
     L += ["## Element-similarity heat maps", ""]
-    maps = [f"- {c['label']} (seed {c['seeds'][0]}): ![{c['label']}]({os.path.relpath(c['heatmap'], report['out'])})"
+    rel = lambda p: os.path.relpath(p, report["out"]) if os.path.isabs(p) else p  # noqa: E731 (copied: relative)
+    maps = [f"- {c['label']} (seed {c['seeds'][0]}): ![{c['label']}]({rel(c['heatmap'])})"
             for _, c in set_cells if c["heatmap"]]
     L += ["Mean cosine of image element i and caption element j over matching test pairs (best parameters).", ""]
     L += (maps or ["(none written)"]) + [""] + _flowclip_section(agg)
@@ -222,9 +229,14 @@ def _flowclip_section(agg: dict) -> list[str]:
     return L
 
 
+def machine_description() -> str:
+    return f"{os.cpu_count()} CPU core(s), {platform.machine()} {platform.system()}, Python {platform.python_version()}"
+
+
 def build_report(records: list[dict], *, budget: str, seeds: int, command: str, out: str) -> dict:
     agg = aggregate(records)
-    return {"budget": budget, "seeds": seeds, "command": command, "out": out, "protocol": PROTOCOL_NOTE,
+    return {"budget": budget, "seeds": seeds, "command": command, "out": out, "machine": machine_description(),
+            "protocol": PROTOCOL_NOTE,
             "verdict_rule": VERDICT_RULE, "cells": agg, "claims": claim_rows(agg, budget),
             "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}}
 
@@ -238,3 +250,21 @@ def write_report(records: list[dict], out: str, *, budget: str, seeds: int, comm
     with open(os.path.join(out, "reproduction.md"), "w") as f:
         f.write(render_markdown(report))
     return report
+
+
+def publish(out: str, path: str) -> str:
+    """Copies `out/reproduction.md` to `path` (e.g. docs/reproduction.md) and `out/figures/` to the directory named
+    like `path` without its suffix (docs/reproduction/), with the figure links rewritten to it; returns that dir."""
+    if not path.endswith(".md"):
+        raise ValueError(f"--publish needs a .md path, got {path!r}")
+    fig_dir = path[:-3]
+    with open(os.path.join(out, "reproduction.md")) as f:
+        text = f.read()
+    if os.path.isdir(fig_dir):
+        shutil.rmtree(fig_dir)  # figures of cells no longer in the report must not linger
+    shutil.copytree(os.path.join(out, "figures"), fig_dir)
+    name = os.path.basename(fig_dir)
+    text = text.replace("](figures/", f"]({name}/")
+    with open(path, "w") as f:
+        f.write(text)
+    return fig_dir

@@ -101,6 +101,7 @@ def run_cell(cell: Cell, out: str, budget: str) -> dict:
         "budget_detail": budget_summary(config), "steps": steps,
         "best_params": best_info is not None, "notes": notes,
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
+        "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
         "stability": training_stability(workdir),
         "metrics": {k: cell_metrics(evaluated.get(k, evaluated["final"]), similarity) for k in ("best", "final")},
         "arrays": {k: cell_arrays(evaluated.get(k, evaluated["final"])) for k in ("best", "final")},

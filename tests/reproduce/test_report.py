@@ -379,3 +379,49 @@ def test_smoke_grid_end_to_end_and_resume(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"0 cell(s) run, {len(grid.SPECS)} skipped, 0 failed" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in out.glob("cells/*/seed0/cell.json")} == stamps
+
+
+def test_default_budget_sizes_and_stability_choice(tmp_path):
+    """Default budget: the Flow-CLIP grid trains the configs' `cpu` variants (step budget validated twice for the
+    heads), every retrieval cell ramps hardest negatives in over one epoch; the smoke budget keeps its own size."""
+    for cell in grid.make_grid(1):
+        c = grid.build_config(cell, "default", str(tmp_path))
+        if cell.name == "clip":
+            assert (c.model.width, c.model.vision_layers, c.data.batch_size, c.train.num_epochs) == (128, 2, 256, 4)
+        elif cell.spec.needs_clip:
+            assert (c.data.batch_size, c.train.num_steps, c.train.eval_every) == (64, 300, 150)
+            assert c.train.eval_every_epoch is False
+        else:
+            assert c.loss.hard_negative_ramp_epochs == grid.HARD_NEGATIVE_RAMP_EPOCHS == 1.0
+            assert c.train.eval_every_epoch is True
+    smoke = grid.build_config(grid.Cell(grid.SPEC_BY_NAME["flowclip_cimr"], 0), "smoke", str(tmp_path))
+    assert smoke.train.num_steps == grid.SMOKE_STEPS and smoke.data.batch_size == 32
+
+
+def test_publish_copies_report_figures_and_heat_maps(tmp_path):
+    import matplotlib.pyplot as plt
+    heat = tmp_path / "cells" / "element_similarity.png"
+    heat.parent.mkdir()
+    fig = plt.figure(figsize=(1, 1))
+    fig.savefig(heat)
+    plt.close(fig)
+    records = _records(2)
+    for r in records:
+        if r["name"] == "sh_full":
+            r["figures"]["best"]["element_similarity"] = str(heat)
+    out = tmp_path / "out"
+    out.mkdir()
+    report.write_report(records, str(out), budget="default", seeds=2, command="python -m x")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "reproduction").mkdir()
+    (docs / "reproduction" / "stale.png").write_bytes(b"old")  # a figure of an earlier report must not linger
+    fig_dir = report.publish(str(out), str(docs / "reproduction.md"))
+    md = (docs / "reproduction.md").read_text()
+    links = re.findall(r"\]\(([^)]+\.png)\)", md)
+    assert "reproduction/heatmap_sh_full.png" in links and "reproduction/ablation_rsum.png" in links
+    for link in links:
+        assert (docs / link).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", link
+    assert not os.path.exists(os.path.join(fig_dir, "stale.png"))
+    with pytest.raises(ValueError, match=r"\.md"):
+        report.publish(str(out), str(docs / "reproduction.txt"))
