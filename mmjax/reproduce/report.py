@@ -44,6 +44,8 @@ def aggregate(records: list[dict]) -> dict:
             "stability": {"nonfinite_losses": sum(r["stability"]["nonfinite_losses"] for r in rs),
                           "best_val_rsum": summarize([r["stability"]["best_val_rsum"] for r in rs])},
             "notes": sorted({n for r in rs for n in r.get("notes", [])}),
+            "commits": sorted({(r.get("code") or {}).get("commit", "")[:10] + ("+dirty" if (r.get("code") or {})
+                               .get("dirty") else "") for r in rs} - {""}),
             "metrics": metrics,
             "heatmap": (rs[0].get("figures", {}).get("best") or {}).get("element_similarity"),
         }
@@ -152,11 +154,11 @@ def render_markdown(report: dict) -> str:
               "pipeline, not the papers' claims.", ""]
     L += ["## Grid and budget", ""]
     L += _table(["cell", "group", "seeds", "steps / epochs", "batch", "data", "validation", "wall s / seed",
-                 "load at end", "non-finite losses", "best val RSUM", "notes"],
+                 "load at end", "code", "non-finite losses", "best val RSUM", "notes"],
                 [[c["label"], c["group"], c["n_seeds"], c["budget_detail"]["num_steps"] or
                   f"{c['budget_detail']['num_epochs']} ep", c["budget_detail"]["batch_size"],
                   c["budget_detail"]["preset"], c["budget_detail"]["validation"], _ms(c["wall_s"], 0),
-                  _ms(c.get("load_end"), 1),
+                  _ms(c.get("load_end"), 1), ", ".join(c.get("commits") or ["–"]),
                   c["stability"]["nonfinite_losses"], _ms(c["stability"]["best_val_rsum"]), "; ".join(c["notes"])]
                  for c in agg.values()])
     head = ["cell", "seeds", "RSUM (best)", "RSUM (final)", "S_H exact RSUM", "top-k RSUM", "own-score RSUM",

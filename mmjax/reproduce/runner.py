@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import time
 import traceback
 
@@ -61,6 +62,20 @@ def training_stability(workdir: str) -> dict:
             "best_val_rsum": best if best is not None and math.isfinite(best) else None}
 
 
+def code_version() -> dict:
+    """{"commit", "dirty"} of the repository the grid runs from ({} outside a git checkout): a grid resumed across
+    commits says which cells ran on which code."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"commit": commit, "dirty": dirty}
+
+
 def _export_info(workdir: str, name: str) -> dict | None:
     path = os.path.join(workdir, name, "export.json")  # written last: its presence means a complete export
     return _read_json(path) if os.path.exists(path) else None
@@ -102,6 +117,7 @@ def run_cell(cell: Cell, out: str, budget: str) -> dict:
         "best_params": best_info is not None, "notes": notes,
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
+        "code": code_version(),
         "stability": training_stability(workdir),
         "metrics": {k: cell_metrics(evaluated.get(k, evaluated["final"]), similarity) for k in ("best", "final")},
         "arrays": {k: cell_arrays(evaluated.get(k, evaluated["final"])) for k in ("best", "final")},

@@ -425,3 +425,19 @@ def test_publish_copies_report_figures_and_heat_maps(tmp_path):
     assert not os.path.exists(os.path.join(fig_dir, "stale.png"))
     with pytest.raises(ValueError, match=r"\.md"):
         report.publish(str(out), str(docs / "reproduction.txt"))
+
+
+def test_cells_record_the_code_they_ran_on(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.exists(os.path.join(root, ".git")):
+        pytest.skip("not a git checkout")
+    version = runner.code_version()
+    assert re.fullmatch(r"[0-9a-f]{40}", version["commit"]) and isinstance(version["dirty"], bool)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    assert version["commit"] == head
+    records = _records(2)
+    for r in records:
+        r["code"] = {"commit": "a" * 40, "dirty": r["seed"] == 1}
+    report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
+    md = (tmp_path / "reproduction.md").read_text()
+    assert "aaaaaaaaaa, aaaaaaaaaa+dirty" in md
