@@ -1,7 +1,7 @@
 """Reproduction runner: trains and evaluates the MaxMatch ablation / baselines and the Flow-CLIP grid over seeds,
 then writes a report comparing the papers' claims with ours (docs/design.md#reproduction).
 
-    python -m mmjax.reproduce --budget {smoke,default} --seeds N --out DIR
+    python -m mmjax.reproduce --budget {smoke,default,long} --seeds N --out DIR
 
 Modules: `grid` (cells and budgets), `runner` (resumable execution with progress), `metrics` (flat numbers per
 cell, seed statistics), `claims` (paper claims and the verdict rule), `report` (markdown + JSON), `figures` (PNG bar

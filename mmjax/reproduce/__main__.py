@@ -1,4 +1,4 @@
-"""`python -m mmjax.reproduce --budget {smoke,default} --seeds N --out DIR [--cells a,b] [--report-only]
+"""`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N --out DIR [--cells a,b] [--report-only]
 [--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
@@ -18,7 +18,8 @@ def parse_args(argv):
     from mmjax.reproduce.grid import BUDGETS
     p = argparse.ArgumentParser(prog="python -m mmjax.reproduce", description=__doc__.split("\n\n")[1])
     p.add_argument("--budget", choices=BUDGETS, default="default",
-                   help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets")
+                   help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets; long: 5× "
+                   "the default training length (use with --cells)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per cell (≥ 3 for verdicts at the default budget)")
     p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
     p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")

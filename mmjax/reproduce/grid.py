@@ -17,7 +17,8 @@ export: the retrieval configs' default variant (2 epochs), and the `cpu` variant
 width 128, 2 + 2 layers, 4 epochs of batch 256; the heads: 300 steps of batch 64, validated at 150 and 300) — the
 configs' own defaults (20 CLIP epochs at width 256, 5 head epochs of batch 256) take hours per cell on 2 cores;
 'smoke' = the configs' `smoke` variants (ShapesWorld `tiny`, small models) cut to `SMOKE_STEPS` steps with one
-validation at the end.
+validation at the end; 'long' = the default budget with `LONG_FACTOR` × the training length (epochs, or steps and
+validation interval for the heads), for the cells whose verdict may depend on the budget (run with `--cells`).
 Every cell evaluates the test split itself (`final_eval` off); the data seed is fixed, the seed varies init and
 batch order (`config.seed`). Every retrieval cell ramps hardest negatives in over `HARD_NEGATIVE_RAMP_EPOCHS` after the
 VSE0 warm-up (`loss.hard_negative_ramp_epochs`), the stability choice of docs/design.md#vse0-warmup.
@@ -30,7 +31,8 @@ import importlib.util
 import os
 from collections.abc import Callable
 
-BUDGETS = ("smoke", "default")
+BUDGETS = ("smoke", "default", "long")
+LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or epochs), same cadence per epoch
 SMOKE_STEPS = 4
 HARD_NEGATIVE_RAMP_EPOCHS = 1.0
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
@@ -133,8 +135,12 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
                        checkpoint_every=SMOKE_STEPS, log_every=2)
     elif c.train.num_steps:  # a step budget (the Flow-CLIP heads' `cpu` variant) keeps its own validation cadence
         c.train.eval_every_epoch = False
+        if budget == "long":
+            c.train.update(num_steps=LONG_FACTOR * c.train.num_steps, eval_every=LONG_FACTOR * c.train.eval_every)
     else:
         c.train.eval_every_epoch = True  # validation each epoch picks the best checkpoint
+        if budget == "long":
+            c.train.num_epochs = LONG_FACTOR * c.train.num_epochs
     if c.task == "retrieval":
         c.evals = _retrieval_evals(spec, c)
         # Stability choice for every retrieval cell alike (docs/design.md#vse0-warmup): hardest negatives come in over

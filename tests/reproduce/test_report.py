@@ -164,7 +164,8 @@ def test_ablation_cells_differ_only_in_their_loss_fields(budget, tmp_path):
     if budget == "smoke":
         assert base["train.num_steps"] == grid.SMOKE_STEPS and base["data.preset"] == "tiny"
     else:
-        assert base["train.num_epochs"] == 2 and base["train.eval_every_epoch"] is True
+        epochs = 2 * (grid.LONG_FACTOR if budget == "long" else 1)
+        assert base["train.num_epochs"] == epochs and base["train.eval_every_epoch"] is True
 
 
 def test_grid_order_seeds_and_clip_dependency(tmp_path):
@@ -396,6 +397,11 @@ def test_default_budget_sizes_and_stability_choice(tmp_path):
             assert c.train.eval_every_epoch is True
     smoke = grid.build_config(grid.Cell(grid.SPEC_BY_NAME["flowclip_cimr"], 0), "smoke", str(tmp_path))
     assert smoke.train.num_steps == grid.SMOKE_STEPS and smoke.data.batch_size == 32
+    long = {c.name: grid.build_config(c, "long", str(tmp_path)) for c in grid.make_grid(1, ["clip", "flowclip_cimr",
+                                                                                          "sh_full"])}
+    f = grid.LONG_FACTOR
+    assert long["clip"].train.num_epochs == 4 * f and long["sh_full"].train.num_epochs == 2 * f
+    assert (long["flowclip_cimr"].train.num_steps, long["flowclip_cimr"].train.eval_every) == (300 * f, 150 * f)
 
 
 def test_publish_copies_report_figures_and_heat_maps(tmp_path):
