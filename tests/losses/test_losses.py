@@ -221,12 +221,16 @@ def test_objective_finite_and_differentiable_for_collapsed_sets():
     assert all(np.all(np.isfinite(np.asarray(g))) for g in grads)
 
 
+def _model_outputs(rng, n, k=4, d=8):
+    """Random model outputs of one modality: unit set rows, residuals, unit global rows."""
+    return {"set": unit(rng.normal(size=(n, k, d))).astype(np.float32),
+            "residual": rng.normal(size=(n, k, d)).astype(np.float32),
+            "global": unit(rng.normal(size=(n, d))).astype(np.float32)}
+
+
 def test_objective_terms_and_config_errors():
     rng = np.random.default_rng(5)
-    mk = lambda n: {"set": unit(rng.normal(size=(n, 4, 8))).astype(np.float32),
-                    "residual": rng.normal(size=(n, 4, 8)).astype(np.float32),
-                    "global": unit(rng.normal(size=(n, 8))).astype(np.float32)}
-    img, txt, ci = mk(3), mk(15), np.repeat(np.arange(3), 5)
+    img, txt, ci = _model_outputs(rng, 3), _model_outputs(rng, 15), np.repeat(np.arange(3), 5)
     total, m = losses.maxmatch_objective(img, txt, ci)
     cfg = losses.maxmatch_loss_config()
     recomputed = (m["loss/triplet"] + cfg.lambda_con * m["loss/contrastive"] + cfg.lambda_gd * m["loss/gd"]
@@ -274,10 +278,7 @@ def test_similarity_options_are_derived_from_the_loss_and_matching_config():
 def test_objective_ramp_blends_all_and_hardest_negative_triplets():
     """During the hard-negative ramp L_tri = w·L_all + (1 − w)·L_max (w traced); w = 1 / 0 equal the two phases."""
     rng = np.random.default_rng(7)
-    mk = lambda n: {"set": unit(rng.normal(size=(n, 4, 8))).astype(np.float32),
-                    "residual": rng.normal(size=(n, 4, 8)).astype(np.float32),
-                    "global": unit(rng.normal(size=(n, 8))).astype(np.float32)}
-    img, txt, ci = mk(4), mk(20), np.repeat(np.arange(4), 5)
+    img, txt, ci = _model_outputs(rng, 4), _model_outputs(rng, 20), np.repeat(np.arange(4), 5)
     cfg = dict(similarity="smooth_chamfer", warmup_reduction="sum", reduction="mean")
     tri = lambda warmup: losses.maxmatch_objective(img, txt, ci, cfg, warmup=warmup)[1]["loss/triplet"]
     l_all, l_max = float(tri(True)), float(tri(False))
