@@ -149,6 +149,14 @@ def render_markdown(report: dict) -> str:
          f"redo one). Total cell wall time: {report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
          f"on {report['machine']}; the grid table gives each cell's 1-minute load average when it finished "
          "(– where the cell predates that record).", "", PROTOCOL_NOTE, ""]
+    done, expected = report["runs_finished"], report["runs_expected"]
+    if done < expected:
+        missing = [f"{c['label']} ({expected // len(SPECS) - c['n_seeds']})" for c in agg.values()
+                   if c["n_seeds"] < expected // len(SPECS)]
+        missing += [s.label + f" ({expected // len(SPECS)})" for s in SPECS if s.name not in agg]
+        L += [f"**Partial grid: {done} of {expected} cell runs finished** ({expected // len(SPECS)} seeds × "
+              f"{len(SPECS)} cells). Seeds still to run: {', '.join(missing)}. The same command resumes the grid; "
+              "claims on cells with one seed are 'inconclusive (1 seed)'.", ""]
     if budget == "smoke":
         L += [f"**Smoke budget** ({SMOKE_STEPS} steps per cell, ShapesWorld `tiny`): these numbers check the "
               "pipeline, not the papers' claims.", ""]
@@ -240,6 +248,7 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
     return {"budget": budget, "seeds": seeds, "command": command, "out": out, "machine": machine_description(),
             "protocol": PROTOCOL_NOTE,
             "verdict_rule": VERDICT_RULE, "cells": agg, "claims": claim_rows(agg, budget),
+            "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
             "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}}
 
 

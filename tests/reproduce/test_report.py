@@ -447,3 +447,14 @@ def test_cells_record_the_code_they_ran_on(tmp_path):
     report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
     md = (tmp_path / "reproduction.md").read_text()
     assert "aaaaaaaaaa, aaaaaaaaaa+dirty" in md
+
+
+def test_a_partial_grid_says_what_is_missing(tmp_path):
+    records = [r for r in _records(2) if not (r["name"] == "vse" and r["seed"] == 1)]
+    records = [r for r in records if r["name"] != "clip"]
+    report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
+    md = (tmp_path / "reproduction.md").read_text()
+    assert f"**Partial grid: {2 * len(grid.SPECS) - 3} of {2 * len(grid.SPECS)} cell runs finished**" in md
+    assert "VSE∞ (K = 1) (1)" in md and "frozen CLIP (cosine) (2)" in md
+    report.write_report(_records(2), str(tmp_path), budget="default", seeds=2, command="python -m x")
+    assert "Partial grid" not in (tmp_path / "reproduction.md").read_text()
