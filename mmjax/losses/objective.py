@@ -4,8 +4,8 @@
 
 S = `pairwise_set_similarity(image sets, caption sets, cfg.similarity)` (S_H for MaxMatch; smooth-Chamfer for Set Div,
 MIL for PVSE, any kind with K = 1 for VSE∞); L_tri is the hardest-negative triplet (VSE0 all-negative form while
-`warmup` is True — a static Python flag, so the warm-up switch compiles two step functions, never one per step; during
-the optional hard-negative ramp `warmup` is a traced weight w ∈ [0, 1] and L_tri = w·L_all + (1 − w)·L_max,
+`warmup` is True — a static Python flag, so the trainer compiles one step function per phase, never one per step;
+during the optional hard-negative ramp `warmup` is a traced weight w ∈ [0, 1] and L_tri = w·L_all + (1 − w)·L_max,
 docs/design.md#vse0-warmup);
 L_con the symmetric multi-positive InfoNCE over S/τ_con; Div, GD and ISD are summed over the two modalities
 (`modality_reduce='sum'`, Set Div) or averaged (`'mean'`); MMD runs between all valid image and caption elements.

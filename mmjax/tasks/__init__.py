@@ -5,7 +5,9 @@ A task provides
                                            `.batch_at(epoch, step)`, `.close()`), e.g. `mmjax.data.pipeline.BatchIterator`
     device_keys                            batch keys the step consumes
     init_variables(rng, batch) -> variables
-    loss(params, extra, batch, rng, *, warmup) -> (loss, (metrics, new_extra))   pure, jitted by the trainer
+    loss(params, extra, batch, rng, *, warmup) -> (loss, (metrics, new_extra))   pure, jitted by the trainer;
+                                           `warmup`: True / False (static) or the traced all-negative weight of
+                                           the hard-negative ramp (`mmjax.losses.maxmatch_objective`)
     eval_context(variables, split, *, suites=True) -> dict
                                            what `mmjax.evaluation` evaluators consume on `split` (embedding
                                            functions and arrays, or a score matrix; suites = the ShapesWorld
