@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from mmjax.data.shapesworld.render import BASE_RGB, _polygon
+from mmjax.data.shapesworld.render import BASE_RGB, shape_polygon
 from mmjax.data.shapesworld.scene import Scene
 
 BACKGROUND = (238, 238, 238)
@@ -47,7 +47,7 @@ def draw_scene(scene: Scene, *, size: int = 64, supersample: int = 4, background
     for o in range(scene.num_objects):
         rgb = tuple(int(v) for v in BASE_RGB[scene.colour[o]])
         x0, y0, x1, y1 = (float(v) * big for v in box[o])
-        poly = _polygon(scene.shape[o], x0, y0, x1, y1)
+        poly = shape_polygon(scene.shape[o], x0, y0, x1, y1)
         if poly is None:  # circle
             draw.ellipse([x0, y0, x1, y1], fill=rgb)
         else:

@@ -22,7 +22,8 @@ BASE_RGB = np.array([
 ], dtype=np.int64)  # order of config.COLOURS
 
 
-def _polygon(shape: int, x0: float, y0: float, x1: float, y1: float) -> list[tuple[float, float]] | None:
+def shape_polygon(shape: int, x0: float, y0: float, x1: float,
+                  y1: float) -> list[tuple[float, float]] | None:
     cx, cy, side = (x0 + x1) / 2, (y0 + y1) / 2, x1 - x0
     if shape == 1:  # square
         return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
@@ -61,7 +62,7 @@ def render_pixels(rng: np.random.Generator, cfg: ShapesWorldConfig, scene: Scene
     for o in range(scene.num_objects):
         rgb = tuple(int(v) for v in np.clip(BASE_RGB[scene.colour[o]] + jitter[o], 0, 255))
         x0, y0, x1, y1 = (float(v) * big for v in scene.box[o])
-        poly = _polygon(scene.shape[o], x0, y0, x1, y1)
+        poly = shape_polygon(scene.shape[o], x0, y0, x1, y1)
         if poly is None:
             draw.ellipse([x0, y0, x1, y1], fill=rgb)
         else:
