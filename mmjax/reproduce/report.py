@@ -20,7 +20,7 @@ from mmjax.reproduce.metrics import CONDITIONS, summarize
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
-SECTIONS = ("Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval", "Circular variance",
+SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval", "Circular variance",
             "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Figures", "Verdict rule")
 
 
@@ -79,6 +79,10 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
         means = [(agg[c]["metrics"]["best"].get(claim.metric) or {}).get("mean") for c in (claim.a, claim.b)]
         if chance is not None and all(m is not None and abs(m - chance) < 5.0 for m in means):
             parts.append(f"data: both models within 5 points of chance ({chance:.0f}%) on these suites")
+    if claim.metric == "rsum":  # what the elements did: the set spread (CV) often moves against RSUM here
+        cvs = [(agg[c]["metrics"]["best"].get("cv_log_image") or {}).get("mean") for c in (claim.a, claim.b)]
+        if None not in cvs:
+            parts.append(f"image-element ln CV {cvs[0]:.2f} → {cvs[1]:.2f}")
     unstable = [c for c in (claim.a, claim.b) if agg[c]["stability"]["nonfinite_losses"]]
     if unstable:
         parts.append(f"training: non-finite losses in {', '.join(unstable)}")
@@ -160,6 +164,7 @@ def render_markdown(report: dict) -> str:
     if budget == "smoke":
         L += [f"**Smoke budget** ({SMOKE_STEPS} steps per cell, ShapesWorld `tiny`): these numbers check the "
               "pipeline, not the papers' claims.", ""]
+    L += summary_section(report["claims"])
     L += ["## Grid and budget", ""]
     L += _table(["cell", "group", "seeds", "steps / epochs", "batch", "data", "validation", "wall s / seed",
                  "load at end", "code", "non-finite losses", "best val RSUM", "notes"],
@@ -208,6 +213,21 @@ def render_markdown(report: dict) -> str:
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report["figures"].items()] + [""]
     L += ["## Verdict rule", "", report["verdict_rule"], ""]
     return "\n".join(L)
+
+
+def summary_section(rows: list[dict]) -> list[str]:
+    """One line per claim row: the paper's difference, ours with its seed spread, the verdict (details: Claims)."""
+    counts = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    L = ["## Summary", "", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (of {len(rows)} claim "
+         "rows). Δ = b − a as in the Claims section, whose evidence column says why each row came out as it did.", ""]
+    spread = lambda o: "" if o.get("threshold") is None else f" (2·s_p {o['threshold']:.2f})"  # noqa: E731
+    return L + _table(["claim", "a → b", "paper Δ", "ours Δ", "verdict"],
+                      [[f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}",
+                        "–" if r["paper"]["diff"] is None else f"{r['paper']['diff']:+.2f}",
+                        "–" if r["ours"]["diff"] is None else f"{r['ours']['diff']:+.2f}{spread(r['ours'])}",
+                        f"**{r['verdict']}**"] for r in rows])
 
 
 def _paper(p: dict) -> str:
