@@ -36,6 +36,8 @@ def command_line(args) -> str:
     parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}", f"--out {args.out}"]
     if args.cells:
         parts.append(f"--cells {args.cells}")
+    if args.publish:
+        parts.append(f"--publish {args.publish}")
     return " ".join(parts)
 
 
