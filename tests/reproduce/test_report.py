@@ -67,6 +67,9 @@ def test_claims_match_the_paper_numbers_and_the_grid():
     assert [ablation[0].paper_a] + [c.paper_b for c in ablation] == [439.57, 441.23, 444.10, 446.53]
     assert [c.b for c in ablation[:-1]] == [c.a for c in ablation[1:]]  # one chain: the full order
     assert (by_id["cv_1"].paper_a, by_id["cv_1"].paper_b, by_id["cv_2"].paper_b) == (-7.35, -2.13, -1.68)
+    recipes = (by_id["cv_1_recipes"], by_id["cv_2_recipes"])
+    assert [(c.a, c.b, c.paper_a, c.paper_b) for c in recipes] == [("pvse", "setdiv", -7.35, -2.13),
+                                                                   ("setdiv", "sh_full", -2.13, -1.68)]
     assert (by_id["pvse_plugin"].paper_a, by_id["pvse_plugin"].paper_b) == (432.6, 450.6)
     assert by_id["binding_cimr"].paper_delta == 2.91
     assert (by_id["cimr_shuffle"].paper_a, by_id["cimr_shuffle"].paper_b, by_id["cimr_shuffle"].paper_delta) == (
