@@ -20,8 +20,8 @@ from mmjax.reproduce.metrics import CONDITIONS, summarize
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
-SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval", "Circular variance",
-            "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Figures", "Verdict rule")
+SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval",
+            "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Figures", "Verdict rule")
 
 
 def aggregate(records: list[dict]) -> dict:
