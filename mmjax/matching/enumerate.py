@@ -6,11 +6,17 @@ The K! permutations are a static one-hot table Pm ∈ {0,1}^{K!×K²} built with
 all permutations are one matrix product, `A.reshape(K²) @ Pmᵀ`, and the solver is a matmul plus an argmax. Ties go to
 the first maximiser in lexicographic order. Exact by construction; the default for K ≤ 5 (K! = 120) and the test
 oracle for K ≤ 8 (K! = 40 320).
+
+`solve_enumerate_unmasked` is the same product over a whole batch of unmasked square blocks, laid out as one
+[N, K²] × [K², K!] GEMM whose row maximum is also the matched total: it skips the mask, padding and finite-replacement
+passes of the general path (`mmjax.matching.solve_with_aux`), which cost more than the GEMM itself at K = 4
+(docs/benchmarks.md#assignment-solvers-python-benchmatchingpy).
 """
 
 import functools
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -37,3 +43,24 @@ def solve_enumerate(benefit: jnp.ndarray) -> jnp.ndarray:
     totals = jnp.dot(benefit.reshape(k * k).astype(jnp.float32), jnp.asarray(onehot).T,
                      precision="highest")
     return jnp.asarray(perms)[jnp.argmax(totals)]
+
+
+def solve_enumerate_unmasked(scores: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """Batched exact assignment of unmasked square blocks `scores[..., K, K]`.
+
+    Returns (cols int32[..., K], total float32[...], nonfinite bool[...]): a block with a NaN/inf cell gets cols −1 and
+    total 0, as in the general path. Its totals are computed on the raw values (the non-finite ones are discarded after
+    the argmax), so no replaced copy of the scores is materialised.
+    """
+    k = scores.shape[-1]
+    if scores.shape[-2] != k:
+        raise ValueError(f"solve_enumerate_unmasked needs square blocks, got shape {scores.shape}")
+    perms, onehot = permutation_table(k)
+    batch = scores.shape[:-2]
+    flat = jax.lax.stop_gradient(scores).astype(jnp.float32).reshape((-1, k * k))
+    nonfinite = jnp.any(~jnp.isfinite(flat), axis=-1)
+    totals = jnp.dot(flat, jnp.asarray(onehot).T, precision="highest")      # [N, K!]
+    best = jnp.argmax(totals, axis=-1)
+    cols = jnp.where(nonfinite[:, None], -1, jnp.asarray(perms)[best])
+    total = jnp.where(nonfinite, 0.0, jnp.max(totals, axis=-1))
+    return cols.reshape(batch + (k,)), total.reshape(batch), nonfinite.reshape(batch)

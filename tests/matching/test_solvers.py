@@ -122,3 +122,24 @@ def test_auto_resolves_by_table():
     assert matching.choose_auto(6, "cpu") == "hungarian"
     a = make_blocks("normal", 6, 8, seed=0)
     np.testing.assert_allclose(totals_of(a, np.asarray(matching.solve(a))), scipy_totals(a), atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 5])
+def test_unmasked_enumerate_fast_path_equals_general_path(k):
+    """mask=None square blocks take the one-GEMM path; an all-true mask forces the general masked path."""
+    a = np.concatenate([make_blocks("int_ties", k, 40, k), make_blocks("cosine", k, 40, k)]).astype(np.float32)
+    a = a.reshape(2, 40, k, k)
+    a[0, 3, 0, 0], a[1, 7, k - 1, 0] = np.nan, -np.inf      # two non-finite blocks: unmatched, total 0
+    ones = (np.ones((2, 40, k), bool), np.ones((2, 40, k), bool))
+    fast = jax.jit(lambda x: matching.solve_with_aux(x, "enumerate"))(a)
+    general = jax.jit(lambda x: matching.solve_with_aux(x, "enumerate", ones))(a)
+    np.testing.assert_array_equal(np.asarray(fast[0]), np.asarray(general[0]))
+    np.testing.assert_allclose(np.asarray(fast[1]["total"]), np.asarray(general[1]["total"]), rtol=1e-6, atol=1e-6)
+    assert float(fast[1]["nonfinite_frac"]) == pytest.approx(2 / 80)
+    cols = np.asarray(fast[0]).reshape(-1, k)
+    for i, block in enumerate(a.reshape(-1, k, k)):
+        if not np.isfinite(block).all():
+            assert (cols[i] == -1).all()
+            continue
+        ref = linear_sum_assignment(block, maximize=True)[1]
+        assert block[np.arange(k), cols[i]].sum() == pytest.approx(block[np.arange(k), ref].sum(), abs=1e-5)
