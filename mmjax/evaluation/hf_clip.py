@@ -37,7 +37,7 @@ import numpy as np
 from mmjax.batching import pad_rows
 from mmjax.data import readers
 from mmjax.data.clip_preprocess import preprocess_batch
-from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs
+from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs, pair_diagonal
 from mmjax.normalize import unit_normalize
 from mmjax.flowclip import score_pairs
 from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES
@@ -206,9 +206,7 @@ class HFCLIPEvaluation:
     def score_head_pairs(self, img: dict, txt: dict) -> np.ndarray:
         """[n] head scores of image row p against caption row p (blocks of `SCORE_BLOCK` pairs)."""
         if self._head_pairs_fn is None:
-            def one(i, t):  # a 1 × 1 all-pairs problem
-                return self._head_score(*jax.tree_util.tree_map(lambda x: x[None], (i, t)))[0, 0]
-            self._head_pairs_fn = jax.jit(jax.vmap(one))
+            self._head_pairs_fn = jax.jit(lambda i, t: pair_diagonal(self._head_score, i, t))
         n = len(img["global"])
         out = np.empty(n, np.float32)
         for s in range(0, n, SCORE_BLOCK):

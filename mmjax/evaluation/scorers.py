@@ -12,9 +12,11 @@ Adapters:
 - `EmbeddingScorer(encode_images, encode_texts, score)`: embeds each distinct image (key = (image, bbox)) and each
   distinct caption once, caches them, and scores either pairwise (`mode='pairs'`: `score(img_emb, txt_emb) -> [n]`,
   row p against row p) or as a matrix over the batch's distinct images × distinct captions (`mode='matrix'`:
-  `score(img_emb [U], txt_emb [C]) -> [U, C]`, then gathered; U and C are padded to powers of two so a jitted
-  scorer compiles a handful of times, not once per batch) — the latter suits all-pairs scorers such as
-  `mmjax.flowclip.score_pairs`. Embeddings are pytrees of arrays with a leading axis.
+  `score(img_emb [U], txt_emb [C]) -> [U, C]`, then gathered). Both pad the batch (n, or U and C) to a power of two so
+  a jitted scorer compiles a handful of times, not once per batch. An all-pairs scorer such as
+  `mmjax.flowclip.score_pairs` is used in pairs mode through `pair_diagonal`: a batch of n pairs holds up to n distinct
+  images and n distinct captions, so its matrix costs up to n times the n pairs asked for. Embeddings are pytrees of
+  arrays with a leading axis.
 - `cosine_pairs` (plain CLIP / Global-M on unit vectors), `set_pairs(kind, **kw)` (MaxMatch / set baselines:
   `mmjax.similarity.block_similarity` on the diagonal blocks, `{"set", "mask"}` embeddings).
 """
@@ -85,9 +87,10 @@ class EmbeddingScorer:
         self._fill(self.image_cache, ikeys, list(image_sources), self.encode_images)
         self._fill(self.text_cache, list(captions), list(captions), self.encode_texts)
         if self.mode == "pairs":
-            img = _stack([self.image_cache[k] for k in ikeys])
-            txt = _stack([self.text_cache[c] for c in captions])
-            return np.asarray(self.score(img, txt), np.float32).reshape(len(captions))
+            n = len(captions)
+            img = pad_rows(_stack([self.image_cache[k] for k in ikeys]), _bucket(n))
+            txt = pad_rows(_stack([self.text_cache[c] for c in captions]), _bucket(n))
+            return np.asarray(self.score(img, txt), np.float32).reshape(-1)[:n]
         uimg = list(dict.fromkeys(ikeys))
         ucap = list(dict.fromkeys(captions))
         # The distinct counts change every batch; padding them to a power of two (edge rows, sliced off) bounds the
@@ -98,6 +101,12 @@ class EmbeddingScorer:
         row = {k: i for i, k in enumerate(uimg)}
         col = {c: j for j, c in enumerate(ucap)}
         return matrix[[row[k] for k in ikeys], [col[c] for c in captions]]
+
+
+def pair_diagonal(score_all: Callable, img, txt) -> jax.Array:
+    """[n] scores of image row p against caption row p, from an all-pairs scorer `score_all(img [U], txt [C]) -> [U,
+    C]`: n problems of 1 × 1 (vmapped), i.e. the diagonal of `score_all(img, txt)` without its n² − n other cells."""
+    return jax.vmap(lambda i, t: score_all(*jax.tree_util.tree_map(lambda x: x[None], (i, t)))[0, 0])(img, txt)
 
 
 @jax.jit

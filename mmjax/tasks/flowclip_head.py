@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from mmjax.data.cached_records import CachedRecordIterator
-from mmjax.evaluation.scorers import shapesworld_suites_context
+from mmjax.evaluation.scorers import pair_diagonal, shapesworld_suites_context
 from mmjax.flowclip import flowclip_objective
 from mmjax.models.feature_cache import FeatureCache
 from mmjax.models.flowclip_head import FlowCLIPHead
@@ -97,6 +97,11 @@ class FlowCLIPHeadTask:
         """(params, image features, text features) -> [Bi, Bt] head scores, jitted."""
         return jax.jit(lambda p, img, txt: self.head.apply({"params": p}, img, txt))
 
+    @functools.cached_property
+    def _score_diagonal(self):
+        """(params, image features [n], text features [n]) -> [n]: pair p alone (the diagonal of `_score`), jitted."""
+        return jax.jit(lambda p, img, txt: pair_diagonal(lambda i, t: self.head.apply({"params": p}, i, t), img, txt))
+
     def score_cache(self, params, cache: FeatureCache):
         """Head scores [n_images, n_records] of every cached image against every record's positive caption."""
         from mmjax.batching import pad_rows
@@ -120,5 +125,5 @@ class FlowCLIPHeadTask:
             clip = _frozen_clip(self.caches["train"].meta["clip_workdir"], split, self.config.flowclip.max_tokens)
             context.update(shapesworld_suites_context(
                 clip.data, lambda idx: clip.encode_images(clip.data["images"][idx]), clip.encode_texts,
-                lambda img, txt: self._score(params, img, txt), mode="matrix"))
+                lambda img, txt: self._score_diagonal(params, img, txt)))
         return context
