@@ -1,5 +1,5 @@
 """`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N --out DIR [--cells a,b] [--report-only]
-[--publish docs/reproduction.md]`.
+[--long-out DIR_LONG] [--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every finished cell. Exit status 1 when a cell failed (the report is
@@ -24,6 +24,8 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
     p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")
     p.add_argument("--report-only", action="store_true", help="only re-render the report from finished cells")
+    p.add_argument("--long-out", default="", help="output directory of a --budget long grid: its cells join the "
+                   "report's 'Longer budget' section and the evidence of the claims they cover")
     p.add_argument("--publish", default="", help="also copy the report to this .md path, figures beside it in a "
                    "directory of the same name (e.g. docs/reproduction.md + docs/reproduction/)")
     args = p.parse_args(argv)
@@ -36,6 +38,8 @@ def command_line(args) -> str:
     parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}", f"--out {args.out}"]
     if args.cells:
         parts.append(f"--cells {args.cells}")
+    if args.long_out:
+        parts.append(f"--long-out {args.long_out}")
     if args.publish:
         parts.append(f"--publish {args.publish}")
     return " ".join(parts)
@@ -49,8 +53,10 @@ def main(argv=None) -> int:
     from mmjax.reproduce.grid import make_grid
     from mmjax.reproduce.report import write_report
     from mmjax.reproduce.runner import check_budget, load_cell, run_grid
+    from mmjax.reproduce.longer_budget import load_records
     try:
         cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None)
+        long_records = load_records(args.long_out) if args.long_out else None
         check_budget(args.out, args.budget, args.seeds)
     except ValueError as e:  # a bad cell name or a directory of another budget: say so, no traceback
         print(f"python -m mmjax.reproduce: error: {e}", file=sys.stderr)
@@ -66,7 +72,8 @@ def main(argv=None) -> int:
     if not records:
         print(f"[reproduce] no finished cells in {args.out}: nothing to report", file=sys.stderr)
         return 1
-    report = write_report(records, args.out, budget=args.budget, seeds=args.seeds, command=command_line(args))
+    report = write_report(records, args.out, budget=args.budget, seeds=args.seeds, command=command_line(args),
+                          long_records=long_records, long_out=args.long_out)
     if args.publish:
         from mmjax.reproduce.report import publish
         print(f"[reproduce] published to {args.publish} (figures in {publish(args.out, args.publish)})", flush=True)

@@ -15,13 +15,15 @@ import shutil
 
 from mmjax.reproduce.claims import CLAIMS, VERDICT_RULE, verdict
 from mmjax.reproduce.figures import write_figures
-from mmjax.reproduce.grid import SMOKE_STEPS, SPECS
+from mmjax.reproduce import longer_budget
+from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
 SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval",
-            "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Figures", "Verdict rule")
+            "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Longer budget", "Figures",
+            "Verdict rule")
 
 
 def aggregate(records: list[dict]) -> dict:
@@ -210,6 +212,7 @@ def render_markdown(report: dict) -> str:
                   _paper(r["paper"]), f"{_ms(r['ours']['a'])} → {_ms(r['ours']['b'])}",
                   "–" if r["ours"]["diff"] is None else f"{r['ours']['diff']:+.2f}", f"**{r['verdict']}**",
                   r["evidence"]] for r in report["claims"]])
+    L += longer_budget.section(report, _ms, _table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report["figures"].items()] + [""]
     L += ["## Verdict rule", "", report["verdict_rule"], ""]
     return "\n".join(L)
@@ -263,18 +266,36 @@ def machine_description() -> str:
     return f"{os.cpu_count()} CPU core(s), {platform.machine()} {platform.system()}, Python {platform.python_version()}"
 
 
-def build_report(records: list[dict], *, budget: str, seeds: int, command: str, out: str) -> dict:
+def build_report(records: list[dict], *, budget: str, seeds: int, command: str, out: str,
+                 long_records: list[dict] | None = None, long_out: str = "") -> dict:
+    """The report dict; `long_records` (cells of a `long` budget grid in `long_out`) feed the "Longer budget"
+    section and end the evidence of the claims whose two cells both ran there (`mmjax.reproduce.longer_budget`)."""
     agg = aggregate(records)
-    return {"budget": budget, "seeds": seeds, "command": command, "out": out, "machine": machine_description(),
-            "protocol": PROTOCOL_NOTE,
-            "verdict_rule": VERDICT_RULE, "cells": agg, "claims": claim_rows(agg, budget),
-            "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
-            "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}}
+    claims = claim_rows(agg, budget)
+    report = {"budget": budget, "seeds": seeds, "command": command, "out": out, "machine": machine_description(),
+              "protocol": PROTOCOL_NOTE,
+              "verdict_rule": VERDICT_RULE, "cells": agg, "claims": claims,
+              "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
+              "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}, "long": None}
+    if long_records:
+        long_agg = aggregate(long_records)
+        long_claims = longer_budget.long_claim_rows(long_agg)
+        by_id = {r["id"]: r for r in claims}
+        for row in long_claims:
+            by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
+        seeds_long = max(r["seed"] for r in long_records) + 1
+        command_long = (f"python -m mmjax.reproduce --budget long --seeds {seeds_long} --cells "
+                        f"{','.join(long_agg)} --out {long_out}")
+        report["long"] = {"out": long_out, "command": command_long, "factor": LONG_FACTOR, "cells": long_agg,
+                          "claims": long_claims, "wall_s_total": sum(r["wall_s"]["total"] for r in long_records)}
+    return report
 
 
-def write_report(records: list[dict], out: str, *, budget: str, seeds: int, command: str) -> dict:
+def write_report(records: list[dict], out: str, *, budget: str, seeds: int, command: str,
+                 long_records: list[dict] | None = None, long_out: str = "") -> dict:
     """Writes reproduction.md, reproduction.json and figures/ into `out`; returns the report dict."""
-    report = build_report(records, budget=budget, seeds=seeds, command=command, out=out)
+    report = build_report(records, budget=budget, seeds=seeds, command=command, out=out, long_records=long_records,
+                          long_out=long_out)
     report["figures"] = write_figures(report["cells"], out)
     with open(os.path.join(out, "reproduction.json"), "w") as f:
         json.dump({**report, "records": records}, f, indent=1)

@@ -461,3 +461,57 @@ def test_a_partial_grid_says_what_is_missing(tmp_path):
     assert "VSE∞ (K = 1) (1)" in md and "frozen CLIP (cosine) (2)" in md
     report.write_report(_records(2), str(tmp_path), budget="default", seeds=2, command="python -m x")
     assert "Partial grid" not in (tmp_path / "reproduction.md").read_text()
+
+
+# ---------------------------------------------------------------- longer budget
+
+
+def _long_records(tmp_path=None):
+    recs = []
+    for seed in range(2):
+        for name, rsum in (("sh_divmmd", 400.0), ("sc_full", 425.0)):  # the default grid has 410 → 420
+            r = _record(name, seed, rsum + 2 * seed)
+            r["budget"] = "long"
+            r["budget_detail"] = {**r["budget_detail"], "num_epochs": 10}
+            recs.append(r)
+            if tmp_path is not None:
+                d = tmp_path / "cells" / name / f"seed{seed}"
+                d.mkdir(parents=True)
+                (d / "cell.json").write_text(json.dumps(r))
+    return recs
+
+
+def test_longer_budget_section_and_claim_evidence(tmp_path):
+    out = tmp_path / "default"
+    out.mkdir()
+    rep = report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x",
+                              long_records=_long_records(), long_out="DIR_LONG")
+    md = (out / "reproduction.md").read_text()
+    section = md.split("## Longer budget")[1].split("## Figures")[0]
+    assert "--budget long --seeds 2 --cells sh_divmmd,sc_full --out DIR_LONG" in section
+    rows = [line for line in section.splitlines() if line.startswith("| S_H, Div+MMD |")]
+    assert len(rows) == 1 and "| 2 epochs (3) | 10 epochs (2) |" in rows[0] and "| 401.00 ± 1.41 |" in rows[0]
+    assert [r["id"] for r in rep["long"]["claims"]] == ["ablation_2"]   # the only claim with both cells long
+    long_row = rep["long"]["claims"][0]
+    assert long_row["diff"] == pytest.approx(24.0) and long_row["verdict"] == "reproduced"  # S_H cells: top-k = +1
+    by_id = {r["id"]: r for r in rep["claims"]}
+    assert by_id["ablation_2"]["evidence"].endswith("long budget (10 epochs, n = 2/2): Δ = +24.00, reproduced")
+    assert "long budget" not in by_id["ablation_3"]["evidence"]
+    _assert_tables_are_rectangular(md)
+    # Without long cells the section says how to get them.
+    report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x")
+    assert "--long-out DIR" in (out / "reproduction.md").read_text().split("## Longer budget")[1]
+
+
+def test_long_out_directory_is_checked(tmp_path):
+    from mmjax.reproduce import longer_budget
+    with pytest.raises(ValueError, match="grid.json"):
+        longer_budget.load_records(str(tmp_path))
+    runner.check_budget(str(tmp_path), "default", 1)
+    with pytest.raises(ValueError, match="'default' budget grid"):
+        longer_budget.load_records(str(tmp_path))
+    long_dir = tmp_path / "long"
+    runner.check_budget(str(long_dir), "long", 2)
+    written = _long_records(long_dir)
+    got = longer_budget.load_records(str(long_dir))
+    assert sorted((r["name"], r["seed"]) for r in got) == sorted((r["name"], r["seed"]) for r in written)

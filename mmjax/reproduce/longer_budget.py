@@ -1,0 +1,107 @@
+"""The report's "Longer budget" section: cells rerun at the `long` budget (`LONG_FACTOR` × the training length)
+beside their default-budget numbers, and the claims whose two cells both ran there.
+
+A long-budget grid lives in its own output directory (a directory holds one budget, `runner.check_budget`):
+
+    python -m mmjax.reproduce --budget long --seeds 2 --cells sh_divmmd,sc_full,sh_full --out workdir/repro_long
+    python -m mmjax.reproduce --budget default --seeds 3 --out workdir/repro --long-out workdir/repro_long
+
+The second command's report then carries this section, and every claim row whose cells both ran at the long budget
+gets that budget's Δ (and verdict, by the same rule) at the end of its evidence. Pure functions of the cell records
+apart from `load_records`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mmjax.reproduce.claims import CLAIMS, verdict
+
+LONG_BUDGET = "long"
+
+
+def load_records(out: str) -> list[dict]:
+    """Every finished cell record (`cells/<name>/seed<k>/cell.json`) of the long-budget grid in `out`.
+
+    Raises ValueError when `out` holds no grid or a grid of another budget (naming `out/grid.json`)."""
+    from mmjax.reproduce.grid import SPECS
+    path = os.path.join(out, "grid.json")
+    if not os.path.exists(path):
+        raise ValueError(f"--long-out {out}: no {path} (run `python -m mmjax.reproduce --budget long --out {out} "
+                         "--cells ...` first)")
+    with open(path) as f:
+        held = json.load(f)
+    if held.get("budget") != LONG_BUDGET:
+        raise ValueError(f"--long-out {out}: {path} holds a {held.get('budget')!r} budget grid, not {LONG_BUDGET!r}")
+    records = []
+    for spec in SPECS:
+        for seed in range(int(held.get("seeds", 0))):
+            cell = os.path.join(out, "cells", spec.name, f"seed{seed}", "cell.json")
+            if os.path.exists(cell):
+                with open(cell) as f:
+                    records.append(json.load(f))
+    return records
+
+
+def _values(agg: dict, cell: str, metric: str) -> list:
+    return ((agg.get(cell) or {}).get("metrics", {}).get("best", {}).get(metric) or {}).get("values", [])
+
+
+def _length(detail: dict) -> str:
+    return f"{detail['num_steps']} steps" if detail["num_steps"] else f"{detail['num_epochs']} epochs"
+
+
+def long_claim_rows(long_agg: dict) -> list[dict]:
+    """Claim rows (best-on-validation parameters) of the claims whose two cells both ran at the long budget."""
+    rows = []
+    for c in CLAIMS:
+        if c.a not in long_agg or c.b not in long_agg:
+            continue
+        v = verdict(_values(long_agg, c.a, c.metric), _values(long_agg, c.b, c.metric), c.kind)
+        rows.append({"id": c.id, "a": c.a, "b": c.b, "metric": c.metric, "length": _length(
+            long_agg[c.a]["budget_detail"]), **v})
+    return rows
+
+
+def evidence_suffix(row: dict) -> str:
+    """The sentence a default-budget claim row's evidence ends with when its cells also ran at the long budget."""
+    if row["diff"] is None:
+        return f"long budget ({row['length']}): metric missing"
+    return (f"long budget ({row['length']}, n = {row['n'][0]}/{row['n'][1]}): Δ = {row['diff']:+.2f}, "
+            f"{row['verdict']}")
+
+
+def section(report: dict, ms, table) -> list[str]:
+    """Markdown lines of the section; `ms(summary)` formats mean ± std, `table(header, rows)` renders a table."""
+    L = ["## Longer budget", ""]
+    long = report.get("long")
+    if not long or not long["cells"]:
+        return L + ["(no long-budget cells in this report: run `python -m mmjax.reproduce --budget long --cells "
+                    "<names> --out DIR` and pass `--long-out DIR` — see `mmjax/reproduce/longer_budget.py`)", ""]
+    L += [f"Cells rerun at the long budget ({long['factor']}× the default training length, otherwise the same "
+          f"config, validation every epoch, best-on-validation parameters): `{long['out']}`. Regenerate: "
+          f"`{long['command']}`.", ""]
+    default = report["cells"]
+    rows = []
+    for name, c in long["cells"].items():
+        d = default.get(name) or {"metrics": {"best": {}}, "n_seeds": 0, "budget_detail": None}
+        db, lb, lf = d["metrics"]["best"], c["metrics"]["best"], c["metrics"]["final"]
+        rows.append([c["label"], (_length(d["budget_detail"]) if d["budget_detail"] else "–") + f" ({d['n_seeds']})",
+                     f"{_length(c['budget_detail'])} ({c['n_seeds']})", ms(db.get("rsum")), ms(lb.get("rsum")),
+                     ms(lf.get("rsum")), ms(db.get("cv_log_image"), 3), ms(lb.get("cv_log_image"), 3),
+                     ms(c["stability"]["best_val_rsum"]), ms(c["wall_s"], 0)])
+    L += table(["cell", "default (seeds)", "long (seeds)", "RSUM default", "RSUM long (best)", "RSUM long (final)",
+                "ln CV default", "ln CV long", "best val RSUM (long)", "wall s / seed (long)"], rows)
+    if long["claims"]:
+        by_id = {r["id"]: r for r in report["claims"]}
+        signed = lambda x: "–" if x is None else f"{x:+.2f}"  # noqa: E731
+        claim_rows = []
+        for r in long["claims"]:
+            d = by_id[r["id"]]
+            claim_rows.append([f"{d['claim']}: {d['text']}", f"{r['a']} → {r['b']}", signed(d["paper"]["diff"]),
+                               signed(d["ours"]["diff"]), d["verdict"], signed(r["diff"]), f"**{r['verdict']}**"])
+        L += ["Claims whose two cells both ran at the long budget (same verdict rule):", ""]
+        L += table(["claim", "a → b", "paper Δ", "ours Δ default", "verdict default", "ours Δ long", "verdict long"],
+                   claim_rows)
+    return L
