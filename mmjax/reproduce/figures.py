@@ -106,20 +106,26 @@ def flowclip_controls(aggregate: dict, path: str, which: str = "best") -> str | 
 
 
 def write_figures(aggregate: dict, out: str) -> dict:
-    """All charts into `out/figures/`; {name: path relative to `out`} for those with data. Each set cell's
-    element-similarity heat map (written by its evaluation inside the cell directory) is copied beside them as
-    `heatmap_<cell>.png`, so `out/reproduction.md` and `out/figures/` are self-contained."""
+    """All charts into `out/figures/`; {name: path relative to `out`} for those with data."""
     made = {}
     for name, fn in (("ablation_rsum", ablation_rsum), ("flowclip_binding", flowclip_binding),
                      ("flowclip_controls", flowclip_controls)):
         path = fn(aggregate, os.path.join(out, "figures", f"{name}.png"))
         if path:
             made[name] = os.path.relpath(path, out)
+    return made
+
+
+def copy_heatmaps(aggregate: dict, out: str) -> dict:
+    """Copies each set cell's element-similarity heat map (written by its evaluation inside the cell directory) to
+    `out/figures/heatmap_<cell>.png`, so `out/reproduction.md` and `out/figures/` are self-contained; returns
+    {cell name: path relative to `out`} for the maps that exist."""
+    copied = {}
     for name, cell in aggregate.items():
         src = cell.get("heatmap")
         if src and os.path.exists(src):
             dst = os.path.join(out, "figures", f"heatmap_{name}.png")
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copyfile(src, dst)
-            cell["heatmap"] = os.path.relpath(dst, out)
-    return made
+            copied[name] = os.path.relpath(dst, out)
+    return copied

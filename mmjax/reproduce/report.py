@@ -14,7 +14,7 @@ import platform
 import shutil
 
 from mmjax.reproduce.claims import CLAIMS, VERDICT_RULE, verdict
-from mmjax.reproduce.figures import write_figures
+from mmjax.reproduce.figures import copy_heatmaps, write_figures
 from mmjax.reproduce import longer_budget
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
@@ -199,9 +199,8 @@ def render_markdown(report: dict) -> str:
     L += _table(["cell", "image elements", "image residuals", "text elements", "text residuals"],
                 [[c["label"], *[_ms(c["metrics"]["best"].get(key), 3) for key in cv_keys]] for _, c in set_cells])
     L += ["## Element-similarity heat maps", ""]
-    rel = lambda p: os.path.relpath(p, report["out"]) if os.path.isabs(p) else p  # noqa: E731 (copied: relative)
-    maps = [f"- {c['label']} (seed {c['seeds'][0]}): ![{c['label']}]({rel(c['heatmap'])})"
-            for _, c in set_cells if c["heatmap"]]
+    copied = report.get("heatmaps") or {}
+    maps = [f"- {c['label']} (seed {c['seeds'][0]}): ![{c['label']}]({copied[n]})" for n, c in set_cells if n in copied]
     L += ["Mean cosine of image element i and caption element j over matching test pairs (best parameters).", ""]
     L += (maps or ["(none written)"]) + [""] + _flowclip_section(agg)
     L += ["## Claims", "", "Ours = mean over seeds of the best-parameter numbers; Δ = b − a; verdict by the rule "
@@ -276,7 +275,8 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
               "protocol": PROTOCOL_NOTE,
               "verdict_rule": VERDICT_RULE, "cells": agg, "claims": claims,
               "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
-              "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}, "long": None}
+              "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}, "heatmaps": {},
+              "long": None}
     if long_records:
         long_agg = aggregate(long_records)
         long_claims = longer_budget.long_claim_rows(long_agg)
@@ -297,6 +297,7 @@ def write_report(records: list[dict], out: str, *, budget: str, seeds: int, comm
     report = build_report(records, budget=budget, seeds=seeds, command=command, out=out, long_records=long_records,
                           long_out=long_out)
     report["figures"] = write_figures(report["cells"], out)
+    report["heatmaps"] = copy_heatmaps(report["cells"], out)
     with open(os.path.join(out, "reproduction.json"), "w") as f:
         json.dump({**report, "records": records}, f, indent=1)
     with open(os.path.join(out, "reproduction.md"), "w") as f:
