@@ -222,8 +222,9 @@ def summary_section(rows: list[dict]) -> list[str]:
     counts = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    L = ["## Summary", "", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (of {len(rows)} claim "
-         "rows). Δ = b − a as in the Claims section, whose evidence column says why each row came out as it did.", ""]
+    tally = ", ".join(f"{n} {v}" for v, n in counts.items())
+    L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, whose "
+         "evidence column says why each row came out as it did.", ""]
     spread = lambda o: "" if o.get("threshold") is None else f" (2·s_p {o['threshold']:.2f})"  # noqa: E731
     return L + _table(["claim", "a → b", "paper Δ", "ours Δ", "verdict"],
                       [[f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}",
