@@ -226,11 +226,18 @@ def summary_section(rows: list[dict]) -> list[str]:
     L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, whose "
          "evidence column says why each row came out as it did.", ""]
     spread = lambda o: "" if o.get("threshold") is None else f" (2·s_p {o['threshold']:.2f})"  # noqa: E731
-    return L + _table(["claim", "a → b", "paper Δ", "ours Δ", "verdict"],
-                      [[f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}",
-                        "–" if r["paper"]["diff"] is None else f"{r['paper']['diff']:+.2f}",
-                        "–" if r["ours"]["diff"] is None else f"{r['ours']['diff']:+.2f}{spread(r['ours'])}",
-                        f"**{r['verdict']}**"] for r in rows])
+    delta = lambda o: "–" if not o or o["diff"] is None else f"{o['diff']:+.2f}{spread(o)}"  # noqa: E731
+    long = [r for r in rows if r.get("long")]
+    head = ["claim", "a → b", "paper Δ", "ours Δ", "verdict"] + (["ours Δ, long budget"] if long else [])
+    body = []
+    for r in rows:
+        paper = "–" if r["paper"]["diff"] is None else f"{r['paper']['diff']:+.2f}"
+        line = [f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}", paper, delta(r["ours"]), f"**{r['verdict']}**"]
+        if long:
+            lr = r.get("long")
+            line.append("–" if not lr else f"{delta(lr)}: {lr['verdict']} ({lr['length']})")
+        body.append(line)
+    return L + _table(head, body)
 
 
 def _paper(p: dict) -> str:
@@ -284,6 +291,7 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
         by_id = {r["id"]: r for r in claims}
         for row in long_claims:
             by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
+            by_id[row["id"]]["long"] = {k: row[k] for k in ("diff", "threshold", "n", "verdict", "length")}
         seeds_long = max(r["seed"] for r in long_records) + 1
         command_long = (f"python -m mmjax.reproduce --budget long --seeds {seeds_long} --cells "
                         f"{','.join(long_agg)} --out {long_out}")

@@ -497,6 +497,8 @@ def test_longer_budget_section_and_claim_evidence(tmp_path):
     by_id = {r["id"]: r for r in rep["claims"]}
     assert by_id["ablation_2"]["evidence"].endswith("long budget (10 epochs, n = 2/2): Δ = +24.00, reproduced")
     assert "long budget" not in by_id["ablation_3"]["evidence"]
+    summary = md.split("## Summary")[1].split("## Grid")[0]
+    assert "ours Δ, long budget" in summary and "+24.00 (2·s_p 2.83): reproduced (10 epochs)" in summary
     _assert_tables_are_rectangular(md)
     # Without long cells the section says how to get them.
     report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x")
