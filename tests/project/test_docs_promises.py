@@ -164,7 +164,8 @@ def test_reliability_table_names_existing_tests():
 
 def test_ci_runs_the_readme_test_command():
     """`.ci/run` runs the README's test command (extra reporting flags such as --durations aside)."""
-    command = re.search(r"python -m pytest([^\n`]*)", README.split("Run the tests:", 1)[1]).group(1).split()
+    after = README.split("Run the tests:", 1)[1]
+    command = re.search(r"python -m pytest([^\n`]*)", after).group(1).split()
     ci = (ROOT / ".ci" / "run").read_text()
     ci_command = re.search(r"^python -m pytest(.*)$", ci, re.M).group(1).split()
     assert [a for a in ci_command if not a.startswith("--durations")] == command
