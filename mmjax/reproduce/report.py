@@ -21,6 +21,7 @@ from mmjax.reproduce.metrics import CONDITIONS, summarize
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
+HEAD_NEAR_BASE = 2.0   # points: a suite claim's evidence notes heads this close to the frozen CLIP they sit on
 SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval",
             "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Longer budget", "Figures",
             "Verdict rule")
@@ -81,6 +82,10 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
         means = [(agg[c]["metrics"]["best"].get(claim.metric) or {}).get("mean") for c in (claim.a, claim.b)]
         if chance is not None and all(m is not None and abs(m - chance) < 5.0 for m in means):
             parts.append(f"data: both models within 5 points of chance ({chance:.0f}%) on these suites")
+        base = (agg.get("clip", {}).get("metrics", {}).get("best", {}).get(claim.metric) or {}).get("mean")
+        if base is not None and all(m is not None and abs(m - base) < HEAD_NEAR_BASE for m in means):
+            parts.append(f"both heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP alone ({base:.1f}%): "
+                         "at this budget the heads barely move its scores")
     if claim.metric == "rsum":  # what the elements did: the set spread (CV) often moves against RSUM here
         cvs = [(agg[c]["metrics"]["best"].get("cv_log_image") or {}).get("mean") for c in (claim.a, claim.b)]
         if None not in cvs:

@@ -300,6 +300,9 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
         if row["verdict"] != "reproduced":
             assert row["evidence"], row["id"]
     assert "within the seed spread" in next(r["evidence"] for r in rep["claims"] if r["id"] == "cv_2")
+    evidence = {r["id"]: r["evidence"] for r in rep["claims"]}
+    assert "within 2 points of the frozen CLIP alone (60.0%)" in evidence["binding_hnb"]  # heads ≈ CLIP: 60 ± 0.3
+    assert "frozen CLIP alone" not in evidence["cimr_shuffle"]                           # CIMR cell moved by 10
     data = json.load(open(tmp_path / "reproduction.json"))
     assert {"budget", "seeds", "command", "protocol", "verdict_rule", "cells", "claims", "figures",
             "records"} <= set(data)
