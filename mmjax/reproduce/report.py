@@ -82,6 +82,9 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
         means = [(agg[c]["metrics"]["best"].get(claim.metric) or {}).get("mean") for c in (claim.a, claim.b)]
         if chance is not None and all(m is not None and abs(m - chance) < 5.0 for m in means):
             parts.append(f"data: both models within 5 points of chance ({chance:.0f}%) on these suites")
+            if claim.metric.endswith(("_shuffle", "_fixed")):
+                parts.append("with the wrong image the suites are already at chance before CIMR, so there is no "
+                             "image-independent preference left for it to remove")
         base = (agg.get("clip", {}).get("metrics", {}).get("best", {}).get(claim.metric) or {}).get("mean")
         if base is not None and all(m is not None and abs(m - base) < HEAD_NEAR_BASE for m in means):
             parts.append(f"both heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP alone ({base:.1f}%): "

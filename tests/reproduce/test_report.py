@@ -303,6 +303,7 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     evidence = {r["id"]: r["evidence"] for r in rep["claims"]}
     assert "within 2 points of the frozen CLIP alone (60.0%)" in evidence["binding_hnb"]  # heads ≈ CLIP: 60 ± 0.3
     assert "frozen CLIP alone" not in evidence["cimr_shuffle"]                           # CIMR cell moved by 10
+    assert "no image-independent preference left" not in evidence["cimr_shuffle"]       # 55 / 45: not at chance
     data = json.load(open(tmp_path / "reproduction.json"))
     assert {"budget", "seeds", "command", "protocol", "verdict_rule", "cells", "claims", "figures",
             "records"} <= set(data)
@@ -520,3 +521,15 @@ def test_long_out_directory_is_checked(tmp_path):
     written = _long_records(long_dir)
     got = longer_budget.load_records(str(long_dir))
     assert sorted((r["name"], r["seed"]) for r in got) == sorted((r["name"], r["seed"]) for r in written)
+
+
+def test_controls_at_chance_say_cimr_has_nothing_to_remove(tmp_path):
+    recs = [r for r in _records() if r["name"] not in ("flowclip_hnb", "flowclip_cimr")]
+    recs += [_record(n, s, RSUM[n], offset=off + 0.3 * s) for s in range(3)  # Shuffle 55 − offset ≈ chance 40
+             for n, off in (("flowclip_hnb", 14.0), ("flowclip_cimr", 14.2))]
+    rep = report.write_report(recs, str(tmp_path), budget="default", seeds=3, command="python -m x")
+    evidence = {r["id"]: r["evidence"] for r in rep["claims"]}
+    for claim in ("cimr_shuffle", "cimr_fixed"):
+        assert "within 5 points of chance (40%)" in evidence[claim]
+        assert "no image-independent preference left for it to remove" in evidence[claim]
+    assert "no image-independent preference" not in evidence["cimr_real"]
