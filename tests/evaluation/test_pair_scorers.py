@@ -7,22 +7,20 @@ import pytest
 from mmjax.evaluation.scorers import EmbeddingScorer, pair_diagonal
 
 
-def _bilinear_all_pairs(img, txt):
-    """A non-separable all-pairs score: s(i, t) = tanh(v_i · W t_j) + |v_i|₁ · t_j[0] (tree inputs)."""
+def _bilinear_all_pairs(img, txt, xp=np):
+    """A non-separable all-pairs score: s(i, t) = tanh(v_i · W t_j) + |v_i|₁ · t_j[0] (tree inputs; xp = np or jnp)."""
     w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10.0
     v, t = img["v"], txt["t"]
-    return np.tanh(v @ w @ t.T) + np.abs(v).sum(-1, keepdims=True) * t[None, :, 0]
+    return xp.tanh(v @ w @ t.T) + xp.abs(v).sum(-1, keepdims=True) * t[None, :, 0]
 
 
 def test_pair_diagonal_is_the_matrix_diagonal():
     rng = np.random.default_rng(0)
     img = {"v": rng.normal(size=(7, 3)).astype(np.float32)}
     txt = {"t": rng.normal(size=(7, 4)).astype(np.float32)}
-    score = lambda i, t: _bilinear_all_pairs(i, t)  # noqa: E731 — numpy reference, traced by jax.numpy below
-    jscore = lambda i, t: jax.numpy.tanh(i["v"] @ (np.arange(12, dtype=np.float32).reshape(3, 4) / 10.0)  # noqa: E731
-                                         @ t["t"].T) + jax.numpy.abs(i["v"]).sum(-1, keepdims=True) * t["t"][None, :, 0]
+    jscore = lambda i, t: _bilinear_all_pairs(i, t, xp=jax.numpy)  # noqa: E731
     np.testing.assert_allclose(np.asarray(jax.jit(lambda i, t: pair_diagonal(jscore, i, t))(img, txt)),
-                               np.diag(score(img, txt)), rtol=1e-5, atol=1e-6)
+                               np.diag(_bilinear_all_pairs(img, txt)), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 5, 8, 13])
