@@ -1,9 +1,10 @@
 """`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N --out DIR [--cells a,b] [--report-only]
-[--long-out DIR_LONG] [--publish docs/reproduction.md]`.
+[--long-out DIR_LONG] [--archive docs/reproduction/records] [--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
-DIR/reproduction.json and DIR/figures/ from every finished cell. Exit status 1 when a cell failed (the report is
-still written from the others).
+DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository
+are restored into DIR (and DIR_LONG) first and every finished record is saved there afterwards
+(`mmjax.reproduce.archive`). Exit status 1 when a cell failed (the report is still written from the others).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ def parse_args(argv):
     p.add_argument("--report-only", action="store_true", help="only re-render the report from finished cells")
     p.add_argument("--long-out", default="", help="output directory of a --budget long grid: its cells join the "
                    "report's 'Longer budget' section and the evidence of the claims they cover")
+    p.add_argument("--archive", default="", help="directory of committed cell records (docs/reproduction/records): "
+                   "records the output directories lack are restored from it (those cells are skipped), and every "
+                   "finished record is saved to it")
     p.add_argument("--publish", default="", help="also copy the report to this .md path, figures beside it in a "
                    "directory of the same name (e.g. docs/reproduction.md + docs/reproduction/)")
     args = p.parse_args(argv)
@@ -40,6 +44,8 @@ def command_line(args) -> str:
         parts.append(f"--cells {args.cells}")
     if args.long_out:
         parts.append(f"--long-out {args.long_out}")
+    if args.archive:
+        parts.append(f"--archive {args.archive}")
     if args.publish:
         parts.append(f"--publish {args.publish}")
     return " ".join(parts)
@@ -50,15 +56,25 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
+    from mmjax.reproduce import archive
     from mmjax.reproduce.grid import make_grid
     from mmjax.reproduce.report import write_report
     from mmjax.reproduce.runner import check_budget, load_cell, run_grid
-    from mmjax.reproduce.longer_budget import load_records
+    from mmjax.reproduce.longer_budget import LONG_BUDGET, load_records
     try:
         cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None)
-        long_records = load_records(args.long_out) if args.long_out else None
         check_budget(args.out, args.budget, args.seeds)
-    except ValueError as e:  # a bad cell name or a directory of another budget: say so, no traceback
+        if args.archive:
+            restored = archive.restore(cells, args.out, args.archive, args.budget)
+            long_seeds = archive.archived_seeds(args.archive, LONG_BUDGET) if args.long_out else 0
+            if long_seeds:  # the long grid's archived cells join --long-out, so one command rebuilds the report
+                check_budget(args.long_out, LONG_BUDGET, long_seeds)
+                restored += archive.restore(make_grid(long_seeds), args.long_out, args.archive, LONG_BUDGET)
+            if restored:
+                print(f"[reproduce] restored {len(restored)} cell record(s) from {args.archive}: "
+                      f"{', '.join(restored)}", flush=True)
+        long_records = load_records(args.long_out) if args.long_out else None
+    except ValueError as e:  # a bad cell name, a directory of another budget, a bad archived record: no traceback
         print(f"python -m mmjax.reproduce: error: {e}", file=sys.stderr)
         return 2
     failed = []
@@ -68,6 +84,9 @@ def main(argv=None) -> int:
         failed = status["failed"]
         print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)
+    if args.archive:
+        saved = archive.save(cells, args.out, args.archive, args.budget)
+        print(f"[reproduce] {len(saved)} cell record(s) saved to {args.archive}", flush=True)
     records = [r for r in (load_cell(c, args.out) for c in cells) if r is not None]
     if not records:
         print(f"[reproduce] no finished cells in {args.out}: nothing to report", file=sys.stderr)

@@ -159,10 +159,15 @@ def _own(name: str) -> str:
 def render_markdown(report: dict) -> str:
     agg, budget = report["cells"], report["budget"]
     L = [f"# Reproduction report ({budget} budget)", "",
-         f"Regenerate: `{report['command']}` (finished cells are skipped; delete `cells/<name>/seed<k>/cell.json` to "
-         f"redo one). Total cell wall time: {report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
+         f"Regenerate: `{report['command']}` (finished cells are skipped; delete `cells/<name>/seed<k>/cell.json`, and "
+         f"its archived `<budget>/<name>/seed<k>.json` with `--archive`, to redo one). Total cell wall time: {report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
          f"on {report['machine']}; the grid table gives each cell's 1-minute load average when it finished "
-         "(– where the cell predates that record).", "", PROTOCOL_NOTE, ""]
+         "(– where the cell predates that record).", ""]
+    if report.get("restored"):
+        L += [f"{report['restored']} of the {report['runs_finished']} cell runs come from the committed cell "
+              f"records (`--archive`, `mmjax.reproduce.archive`): their numbers, wall time, load and code version are "
+              "those of the run that made the record; the heat maps are re-drawn from the stored matrices.", ""]
+    L += [PROTOCOL_NOTE, ""]
     done, expected = report["runs_finished"], report["runs_expected"]
     if done < expected:
         missing = [f"{c['label']} ({expected // len(SPECS) - c['n_seeds']})" for c in agg.values()
@@ -292,6 +297,7 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
               "verdict_rule": VERDICT_RULE, "cells": agg, "claims": claims,
               "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
               "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}, "heatmaps": {},
+              "restored": sum(bool(r.get("restored_from")) for r in records),
               "long": None}
     if long_records:
         long_agg = aggregate(long_records)
@@ -330,9 +336,11 @@ def publish(out: str, path: str) -> str:
     fig_dir = path[:-3]
     with open(os.path.join(out, "reproduction.md")) as f:
         text = f.read()
-    if os.path.isdir(fig_dir):
-        shutil.rmtree(fig_dir)  # figures of cells no longer in the report must not linger
-    shutil.copytree(os.path.join(out, "figures"), fig_dir)
+    os.makedirs(fig_dir, exist_ok=True)
+    for stale in os.listdir(fig_dir):  # figures of cells no longer in the report must not linger; the archive
+        if stale.endswith(".png"):     # of cell records (docs/reproduction/records) stays
+            os.remove(os.path.join(fig_dir, stale))
+    shutil.copytree(os.path.join(out, "figures"), fig_dir, dirs_exist_ok=True)
     name = os.path.basename(fig_dir)
     text = text.replace("](figures/", f"]({name}/")
     with open(path, "w") as f:

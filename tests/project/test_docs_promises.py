@@ -129,6 +129,24 @@ def test_commands_name_existing_configs_and_flags():
                 assert flag in known, f"README runs {script} with --{flag}, which it does not define"
 
 
+def test_reproduction_commands_in_the_docs_parse():
+    """Every `python -m mmjax.reproduce ...` the README, the design notes and the published report show is accepted by
+    its argument parser (synopses with {choices} or [optional] parts aside)."""
+    import shlex
+    from mmjax.reproduce.__main__ import parse_args
+    commands = []
+    for doc in ("README.md", "docs/design.md", "docs/reproduction.md"):
+        for span in re.findall(r"`(python -m mmjax\.reproduce[^`]*)`", (ROOT / doc).read_text()):
+            if not re.search(r"[{\[]", span):
+                commands.append((doc, shlex.split(span)[3:]))
+    assert len(commands) >= 4, commands
+    for doc, argv in commands:
+        try:
+            parse_args(argv)
+        except SystemExit:
+            raise AssertionError(f"{doc}: `python -m mmjax.reproduce {' '.join(argv)}` is not a valid command")
+
+
 def test_docs_point_only_at_documents_in_the_repo():
     """Docstrings point at docs/design.md anchors that exist, never at documents outside the repository."""
     anchors = set(re.findall(r'<a id="([\w-]+)"></a>', DESIGN))
