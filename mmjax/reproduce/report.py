@@ -160,7 +160,8 @@ def render_markdown(report: dict) -> str:
     agg, budget = report["cells"], report["budget"]
     L = [f"# Reproduction report ({budget} budget)", "",
          f"Regenerate: `{report['command']}` (finished cells are skipped; delete `cells/<name>/seed<k>/cell.json`, and "
-         f"its archived `<budget>/<name>/seed<k>.json` with `--archive`, to redo one). Total cell wall time: {report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
+         f"its archived `<budget>/<name>/seed<k>.json` with `--archive`, to redo one). Total cell wall time: "
+         f"{report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
          f"on {report['machine']}; the grid table gives each cell's 1-minute load average when it finished "
          "(– where the cell predates that record).", ""]
     if report.get("restored"):
