@@ -29,8 +29,9 @@ from mmjax.config_validation.export_check import check_export_matches
 from mmjax.config_validation.rules import ConfigError, ConfigPathError
 from mmjax.config_validation.schema import CROSS_RULES, PATHS, PRETRAINED, REQUIRED, SCHEMA
 
-__all__ = ["validate", "check", "check_export_matches", "ConfigError", "ConfigPathError", "outcome_diff", "check_resume", "flat_config",
-           "mismatch_problems", "recorded_config", "OPERATIONAL", "RELOCATABLE", "SCHEMA"]
+__all__ = ["validate", "check", "check_export_matches", "ConfigError", "ConfigPathError", "outcome_diff",
+           "check_resume", "flat_config", "mismatch_problems", "recorded_config", "OPERATIONAL", "RELOCATABLE",
+           "SCHEMA"]
 
 _MISSING = object()
 

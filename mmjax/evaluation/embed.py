@@ -7,10 +7,11 @@ of any size compiles the embedding function exactly once.
 Scoring (`score_sets`): S[i, n] = s(V_i, T_n) for a set similarity `kind` of `mmjax.similarity` (e.g. `'maxmatch'`
 exact assignment S_H, `'maxmatch_topk'` inference, `'smooth_chamfer'`, `'mil'`). The host loops over image chunks of
 `image_chunk` sets; inside one jitted call the captions are split into tiles of `caption_tile` sets and reduced under
-`lax.map` (one tile: no map), so peak device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the cosine matmul of each
-tile is one (image_chunk·K_V) × (caption_tile·K_T) GEMM. COCO 5K (5 000 × 25 000 sets, K = 4) therefore never holds
-more than one tile of blocks (defaults 256 × 32 768: all 25 000 captions in one tile, 256·25 000·16 floats ≈ 0.4 GB;
-on CPU a `lax.map` over several caption tiles runs ~1.5× slower than one big GEMM, so prefer one tile when it fits); the [n_images, n_captions] float32 score matrix (500 MB) lives on the host.
+`lax.map` (one tile: no map), so peak device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the
+cosine matmul of each tile is one (image_chunk·K_V) × (caption_tile·K_T) GEMM. COCO 5K (5 000 × 25 000 sets, K = 4)
+therefore never holds more than one tile of blocks (defaults 256 × 32 768: all 25 000 captions in one tile,
+256·25 000·16 floats ≈ 0.4 GB; on CPU a `lax.map` over several caption tiles runs ~1.5× slower than one big GEMM, so
+prefer one tile when it fits); the [n_images, n_captions] float32 score matrix (500 MB) lives on the host.
 
 `evaluate_retrieval` turns the score matrix into R@1/5/10 both ways, RSUM and median/mean ranks
 (`mmjax.evaluation.retrieval`), over the whole set ("all", e.g. COCO 5K) and as the mean of equal contiguous image

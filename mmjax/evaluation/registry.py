@@ -4,7 +4,8 @@
 (model apply functions, data, scorers). What each evaluator needs in `context`:
 
 retrieval     either "similarity" (an [n_images, n_captions] array or a callable returning it; models scored as a
-              whole matrix, e.g. Flow-CLIP heads; results keyed by "score_name"), or precomputed sets — "image_sets" {"set" [N,K,D], "mask"?}, "caption_sets" — or embedding
+              whole matrix, e.g. Flow-CLIP heads; results keyed by "score_name"), or precomputed sets —
+              "image_sets" {"set" [N,K,D], "mask"?}, "caption_sets" — or embedding
               functions "embed_images"(x, mask) -> dict, "embed_captions"(ids, mask) -> dict with inputs "images",
               "image_mask" (may be None), "captions", "caption_mask"; always "caption_to_image" int [n_captions].
               cfg: kinds ("maxmatch_topk", "maxmatch"), fold_counts (1, 5), similarity_kw {}, batch_size 256,

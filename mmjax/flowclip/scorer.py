@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.flowclip import validation
-from mmjax.normalize import safe_normalize  # noqa: F401  (re-exported: all_pairs, tests, notebooks use scorer.safe_normalize)
+# re-exported: all_pairs, tests and notebooks use scorer.safe_normalize
+from mmjax.normalize import safe_normalize  # noqa: F401
 
 POOLS = ("logsumexp", "logmeanexp")
 

@@ -73,7 +73,8 @@ def check_text(text: Mapping[str, Any], *, need_tokens: bool = True) -> tuple[in
         return bt, d, None
     tshape = _require_rank("text['tokens']", text["tokens"], 3, "[Bt, L, d]")
     if tshape[0] != bt or tshape[2] != d:
-        raise ValueError(f"text['tokens'] has shape {tshape}; expected ({bt}, L, {d}) to match text['global'] {(bt, d)}")
+        raise ValueError(f"text['tokens'] has shape {tshape}; expected ({bt}, L, {d}) to match "
+                         f"text['global'] {(bt, d)}")
     if "valid" not in text:
         raise KeyError("text has 'tokens' but no 'valid' mask; expected bool[Bt, L]")
     vshape = _shape(text["valid"])

@@ -30,11 +30,12 @@ def normalise_masks(scores: jnp.ndarray, mask):
         return row, col, jnp.ones(scores.shape, bool)
     if isinstance(mask, (tuple, list)):
         if len(mask) != 2:
-            raise ValueError(f"mask as a tuple must be (row_mask [..., {n}], col_mask [..., {m}]), got {len(mask)} items")
+            raise ValueError(f"mask as a tuple must be (row_mask [..., {n}], col_mask [..., {m}]), "
+                             f"got {len(mask)} items")
         row, col = (jnp.asarray(x).astype(bool) for x in mask)
         if row.shape[-1:] != (n,) or col.shape[-1:] != (m,):
-            raise ValueError(f"mask: row_mask shape {row.shape} / col_mask shape {col.shape} do not end in ({n},) / ({m},) "
-                             f"for scores of shape {scores.shape}")
+            raise ValueError(f"mask: row_mask shape {row.shape} / col_mask shape {col.shape} do not end in "
+                             f"({n},) / ({m},) for scores of shape {scores.shape}")
         try:
             row = jnp.broadcast_to(row, batch + (n,))
             col = jnp.broadcast_to(col, batch + (m,))
@@ -46,7 +47,8 @@ def normalise_masks(scores: jnp.ndarray, mask):
     try:
         cell = jnp.broadcast_to(cell, scores.shape)
     except ValueError as e:
-        raise ValueError(f"mask: cell mask of shape {cell.shape} does not broadcast to scores shape {scores.shape}") from e
+        raise ValueError(f"mask: cell mask of shape {cell.shape} does not broadcast to scores shape "
+                         f"{scores.shape}") from e
     return jnp.any(cell, axis=-1), jnp.any(cell, axis=-2), cell
 
 

@@ -5,8 +5,8 @@ docs/design.md#region-tower).
 
 Padded tokens are replaced by the most negative finite value of the dtype (never −inf), so they can never win the
 max while any valid token exists; gradients flow only to the winning valid token. A sample with no valid token at
-all pools to the zero vector (rather than the fill value, which would overflow in a following LayerNorm). Reference: `kdwonn/DivE`
-`model_spm.py` `variable_len_pooling(..., 'max')` (`masked_fill(~idx, -finfo.max)`).
+all pools to the zero vector (rather than the fill value, which would overflow in a following LayerNorm).
+Reference: `kdwonn/DivE` `model_spm.py` `variable_len_pooling(..., 'max')` (`masked_fill(~idx, -finfo.max)`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A task provides
     make_iterator(start=(epoch, step))     a resumable batch iterator (`.position`, `.steps_per_epoch`,
-                                           `.batch_at(epoch, step)`, `.close()`), e.g. `mmjax.data.pipeline.BatchIterator`
+                                           `.batch_at(epoch, step)`, `.close()`), e.g.
+                                           `mmjax.data.pipeline.BatchIterator`
     device_keys                            batch keys the step consumes
     init_variables(rng, batch) -> variables
     loss(params, extra, batch, rng, *, warmup) -> (loss, (metrics, new_extra))   pure, jitted by the trainer;

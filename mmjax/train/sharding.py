@@ -70,8 +70,8 @@ def spec_for(name: str, shape, rules, mesh: Mesh) -> P:
                 return _fsdp_spec(shape, mesh)
             if isinstance(rule, (tuple, list)):
                 if len(rule) != len(shape):
-                    raise ValueError(f"sharding rule {pattern!r} -> {rule} has {len(rule)} entries but parameter {name} "
-                                     f"has shape {shape}")
+                    raise ValueError(f"sharding rule {pattern!r} -> {rule} has {len(rule)} entries but parameter "
+                                     f"{name} has shape {shape}")
                 for d, ax in enumerate(rule):
                     axes = ax if isinstance(ax, (tuple, list)) else (ax,)
                     size = int(np.prod([mesh.shape[a] for a in axes if a is not None]))

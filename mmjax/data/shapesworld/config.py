@@ -94,7 +94,8 @@ class ShapesWorldConfig:
             raise ValueError(f"shapesworld.mode must be 'regions' or 'pixels', got {self.mode!r}")
         if self.grid != 3:
             # The position words (top/middle/bottom, left/center/right) of template O3 name exactly 3 cells per axis.
-            raise ValueError(f"shapesworld.grid must be 3 (the O3 position vocabulary has 3 words per axis), got {self.grid}")
+            raise ValueError("shapesworld.grid must be 3 (the O3 position vocabulary has 3 words per axis), "
+                             f"got {self.grid}")
         if not 2 <= self.min_objects <= self.max_objects <= self.grid * self.grid:
             raise ValueError(
                 f"shapesworld.min_objects/max_objects must satisfy 2 <= min <= max <= grid^2, got "
@@ -103,7 +104,8 @@ class ShapesWorldConfig:
             # The caption chooser guarantees >= 5 distinct readings only for 2-object scenes (§4).
             raise ValueError(f"shapesworld.captions_per_image must be 5, got {self.captions_per_image}")
         if self.order_shuffles != 4:
-            raise ValueError(f"shapesworld.order_shuffles must be 4 (ARO's four perturbations), got {self.order_shuffles}")
+            raise ValueError("shapesworld.order_shuffles must be 4 (ARO's four perturbations), "
+                             f"got {self.order_shuffles}")
         for colour, shape in self.heldout_pairs:
             if colour not in COLOURS or shape not in SHAPES:
                 raise ValueError(f"shapesworld.heldout_pairs: unknown pair ({colour!r}, {shape!r})")
