@@ -3,8 +3,8 @@
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository
-are restored into DIR (and DIR_LONG) first and every finished record is saved there afterwards
-(`mmjax.reproduce.archive`). Exit status 1 when a cell failed (the report is still written from the others).
+are restored into DIR (and DIR_LONG) first and every record is saved there as soon as its cell finishes (and all
+of them once more at the end; `mmjax.reproduce.archive`). Exit status 1 when a cell failed (the report is still written from the others).
 """
 
 from __future__ import annotations
@@ -80,7 +80,11 @@ def main(argv=None) -> int:
     failed = []
     if not args.report_only:
         t0 = time.perf_counter()
-        status = run_grid(cells, args.out, args.budget)
+        on_finished = None
+        if args.archive:  # each record is archived as soon as its cell finishes, not only when the grid ends
+            def on_finished(cell):
+                archive.save([cell], args.out, args.archive, args.budget)
+        status = run_grid(cells, args.out, args.budget, on_finished=on_finished)
         failed = status["failed"]
         print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)

@@ -135,9 +135,11 @@ def load_cell(cell: Cell, out: str) -> dict | None:
     return _read_json(path) if os.path.exists(path) else None
 
 
-def run_grid(cells: list[Cell], out: str, budget: str, *, log=print) -> dict:
+def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None) -> dict:
     """Runs every unfinished cell of `cells` in order; returns {"done": [...], "skipped": [...], "failed": [...]}.
-    A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason)."""
+    A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason).
+    `on_finished(cell)` is called after each cell that finishes here (the CLI archives its record at once, so a grid
+    stopped hours later loses no finished cell)."""
     status = {"done": [], "skipped": [], "failed": []}
     failed_clip = set()
     with progress(len(cells), "reproduce", unit="cell", mininterval=0.0) as bar:
@@ -165,5 +167,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print) -> dict:
                     w = record["wall_s"]
                     status["done"].append(f"{cell.name}/seed{cell.seed}")
                     log(f"{tag}: {w['total']:.1f} s (train {w['train']:.1f} s, eval {w['eval']:.1f} s)")
+                    if on_finished is not None:
+                        on_finished(cell)
             bar.update(1)
     return status

@@ -109,3 +109,28 @@ def test_report_only_rebuilds_the_published_report_from_records(tmp_path, capsys
     # a second run restores nothing and gives the same report
     assert cli.main(argv) == 0 and "restored" not in capsys.readouterr().out
     assert md.read_text() == text
+
+
+def test_each_record_is_archived_as_soon_as_its_cell_finishes(tmp_path, monkeypatch):
+    """A grid stopped mid-way (here: the second cell, vse, raises KeyboardInterrupt, as a killed session would) keeps
+    the first cell's record in the archive."""
+    store, out = str(tmp_path / "records"), str(tmp_path / "out")
+    seen_in_archive = []
+    by_name = {r["name"]: r for r in _report_tests._records(1)}
+
+    def fake_run_cell(cell, out_, budget):
+        seen_in_archive.append(sorted(os.path.relpath(p, store) for p in _json_files(store)))
+        if cell.name == "vse":
+            raise KeyboardInterrupt  # not an Exception: the grid stops here, as a stopped session would
+        _finished(out_, [by_name[cell.name]], [cell])
+        return by_name[cell.name]
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    argv = ["--budget", "default", "--seeds", "1", "--out", out, "--cells", "vse,sh_full", "--archive", store]
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(argv)
+    assert seen_in_archive == [[], [os.path.join("default", "sh_full", "seed0.json")]]
+
+
+def _json_files(root):
+    return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".json")]
