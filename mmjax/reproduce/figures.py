@@ -1,6 +1,6 @@
 """Bar charts of the reproduction (matplotlib, Agg): mean ± std over seeds as error bars, one PNG each.
 
-    ablation_rsum.png      test RSUM of the ablation and baseline cells
+    ablation_rsum.png      test RSUM of the ablation, baseline and knob cells
     flowclip_binding.png   binding mean (Real images) of the frozen CLIP and the four heads, chance as a line
     flowclip_controls.png  ARO-style mean of the same cells under Real / Shuffle / Fixed images, chance as a line
 
@@ -20,6 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 CONTROLS = ("real", "shuffle", "fixed")
+GROUP_COLORS = {"ablation": "tab:blue", "baselines": "tab:gray", "knobs": "tab:orange"}
+GROUP_NAMES = {"ablation": "MaxMatch ablation", "baselines": "baselines", "knobs": "other defaults"}
 
 
 def _stat(cell: dict, which: str, metric: str) -> tuple[float, float]:
@@ -52,16 +54,17 @@ def _bars(ax, labels, means, stds, colors=None):
 
 
 def ablation_rsum(aggregate: dict, path: str, which: str = "best") -> str | None:
-    cells = [c for c in aggregate.values() if c["group"] in ("ablation", "baselines")]
+    cells = [c for c in aggregate.values() if c["group"] in GROUP_COLORS]
     if not cells:
         return None
     stats = [_stat(c, which, "rsum") for c in cells]
-    colors = ["tab:blue" if c["group"] == "ablation" else "tab:gray" for c in cells]
+    colors = [GROUP_COLORS[c["group"]] for c in cells]
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cells), 4.0))
     _bars(ax, [c["label"] for c in cells], [m for m, _ in stats], [s for _, s in stats], colors)
     ax.set_ylabel("test RSUM (paper inference score)")
-    ax.set_title(f"MaxMatch ablation (blue) and baselines (gray): RSUM, {which} parameters, mean ± std over "
-                 f"{_seeds(cells)}", fontsize=9)
+    groups = [g for g in GROUP_COLORS if any(c["group"] == g for c in cells)]
+    legend = ", ".join(f"{GROUP_NAMES[g]} ({GROUP_COLORS[g].split(':')[1]})" for g in groups)
+    ax.set_title(f"{legend}: RSUM, {which} parameters, mean ± std over {_seeds(cells)}", fontsize=9)
     return _save(fig, path)
 
 

@@ -11,6 +11,10 @@ stays as its base config has it, so the ablation cells differ only in the fields
     flowclip   the frozen ShapesWorld CLIP (`configs/clip_shapes.py`) and {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}
                heads on it; the heads of seed k use the CLIP of seed k (each seed replicates the whole pipeline) and
                share its feature cache
+    knobs      claim cells with one reconstructed project default changed (`CellSpec.variant_of` names the cell,
+               `CellSpec.knob` the change): GD + ISD with the hinge shape φ(x) = [x]_+ instead of exp(5x), the
+               spec's named alternative (docs/design.md#gd-loss); the report re-checks the claims with them
+               (`mmjax.reproduce.other_defaults`)
 
 Budgets: 'default' = the main-job budget with validation every epoch, so every cell has a best-on-validation
 export: the retrieval configs' default variant (2 epochs), and the `cpu` variants of the Flow-CLIP grid (the CLIP:
@@ -36,7 +40,7 @@ LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or 
 SMOKE_STEPS = 4
 HARD_NEGATIVE_RAMP_EPOCHS = 1.0
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
-GROUPS = ("ablation", "baselines", "flowclip")
+GROUPS = ("ablation", "baselines", "flowclip", "knobs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +53,8 @@ class CellSpec:
     adjust: Callable | None = None      # adjust(config) -> None, the fields this cell changes
     similarity: str | None = None       # training similarity (None: the model scores as a whole)
     needs_clip: bool = False
+    variant_of: str = ""                # knobs: the claim cell this one stands in for, with `knob` changed
+    knob: str = ""                      # knobs: the changed default, as the config field says it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,7 @@ def _loss(**fields):
 
 _DIV_MMD = dict(lambda_gd=0.0, lambda_isd=0.0)        # Div and MMD stay at the base config's weights
 _GD_ISD = dict(lambda_gd=0.1, lambda_isd=0.1)
+_HINGE = dict(gd_isd_shape="hinge")                   # the knob: GD/ISD shape [x]_+ instead of exp(5x)
 
 SPECS: tuple[CellSpec, ...] = (
     CellSpec("mil_divmmd", "ablation", "MIL, Div+MMD", "maxmatch_shapes", adjust=_loss(similarity="mil", **_DIV_MMD),
@@ -94,8 +101,23 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("globalm_cimr", "flowclip", "Global-M, HNB+CIMR", "flowclip_shapes", "globalm_cimr", needs_clip=True),
     CellSpec("flowclip_hnb", "flowclip", "Flow-CLIP, HNB", "flowclip_shapes", "flowclip_hnb", needs_clip=True),
     CellSpec("flowclip_cimr", "flowclip", "Flow-CLIP, HNB+CIMR", "flowclip_shapes", "flowclip_cimr", needs_clip=True),
+    CellSpec("sc_full_hinge", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (hinge)", "maxmatch_shapes",
+             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_HINGE), similarity="smooth_chamfer",
+             variant_of="sc_full", knob="loss.gd_isd_shape='hinge'"),
+    CellSpec("sh_full_hinge", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, hinge)", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_HINGE), similarity="maxmatch", variant_of="sh_full",
+             knob="loss.gd_isd_shape='hinge'"),
 )
 SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+
+def knob_variants() -> dict[str, dict[str, str]]:
+    """{knob: {claim cell: the cell that changes it}} over the `knobs` group."""
+    out: dict[str, dict[str, str]] = {}
+    for s in SPECS:
+        if s.variant_of:
+            out.setdefault(s.knob, {})[s.variant_of] = s.name
+    return out
 
 
 def load_config_module(name: str, config_dir: str = CONFIG_DIR):

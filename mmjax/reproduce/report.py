@@ -15,7 +15,7 @@ import shutil
 
 from mmjax.reproduce.claims import CLAIMS, VERDICT_RULE, verdict
 from mmjax.reproduce.figures import copy_heatmaps, write_figures
-from mmjax.reproduce import longer_budget
+from mmjax.reproduce import longer_budget, other_defaults
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
 
@@ -23,8 +23,8 @@ PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **b
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
 HEAD_NEAR_BASE = 2.0   # points: a suite claim's evidence notes heads this close to the frozen CLIP they sit on
 SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval",
-            "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Longer budget", "Figures",
-            "Verdict rule")
+            "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Longer budget",
+            "Other defaults", "Figures", "Verdict rule")
 
 
 def aggregate(records: list[dict]) -> dict:
@@ -226,6 +226,7 @@ def render_markdown(report: dict) -> str:
                   "–" if r["ours"]["diff"] is None else f"{r['ours']['diff']:+.2f}", f"**{r['verdict']}**",
                   r["evidence"]] for r in report["claims"]])
     L += longer_budget.section(report, _ms, _table)
+    L += other_defaults.section(report, _ms, _table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report["figures"].items()] + [""]
     L += ["## Verdict rule", "", report["verdict_rule"], ""]
     return "\n".join(L)
@@ -242,7 +243,9 @@ def summary_section(rows: list[dict]) -> list[str]:
     spread = lambda o: "" if o.get("threshold") is None else f" (2·s_p {o['threshold']:.2f})"  # noqa: E731
     delta = lambda o: "–" if not o or o["diff"] is None else f"{o['diff']:+.2f}{spread(o)}"  # noqa: E731
     long = [r for r in rows if r.get("long")]
-    head = ["claim", "a → b", "paper Δ", "ours Δ", "verdict"] + (["ours Δ, long budget"] if long else [])
+    knobs = [r for r in rows if r.get("knobs")]
+    head = (["claim", "a → b", "paper Δ", "ours Δ", "verdict"] + (["ours Δ, long budget"] if long else [])
+            + (["ours Δ, other default"] if knobs else []))
     body = []
     for r in rows:
         paper = "–" if r["paper"]["diff"] is None else f"{r['paper']['diff']:+.2f}"
@@ -250,6 +253,8 @@ def summary_section(rows: list[dict]) -> list[str]:
         if long:
             lr = r.get("long")
             line.append("–" if not lr else f"{delta(lr)}: {lr['verdict']} ({lr['length']})")
+        if knobs:
+            line.append("; ".join(f"{delta(k)}: {k['verdict']} (`{k['knob']}`)" for k in r.get("knobs") or ()) or "–")
         body.append(line)
     return L + _table(head, body)
 
@@ -299,11 +304,15 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
               "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
               "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}, "heatmaps": {},
               "restored": sum(bool(r.get("restored_from")) for r in records),
-              "long": None}
+              "long": None, "knob_claims": other_defaults.knob_claim_rows(agg)}
+    by_id = {r["id"]: r for r in claims}
+    for row in report["knob_claims"]:  # the knob's verdict joins the claim's evidence and the Summary
+        by_id[row["id"]]["evidence"] += "; " + other_defaults.evidence_suffix(row)
+        by_id[row["id"]].setdefault("knobs", []).append(
+            {k: row[k] for k in ("knob", "a", "b", "diff", "threshold", "n", "verdict")})
     if long_records:
         long_agg = aggregate(long_records)
         long_claims = longer_budget.long_claim_rows(long_agg)
-        by_id = {r["id"]: r for r in claims}
         for row in long_claims:
             by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
             by_id[row["id"]]["long"] = {k: row[k] for k in ("diff", "threshold", "n", "verdict", "length")}

@@ -171,6 +171,20 @@ def test_ablation_cells_differ_only_in_their_loss_fields(budget, tmp_path):
         assert base["train.num_epochs"] == epochs and base["train.eval_every_epoch"] is True
 
 
+def test_knob_cells_differ_from_their_claim_cell_only_in_the_knob(tmp_path):
+    knobs = [s for s in grid.SPECS if s.group == "knobs"]
+    assert knobs and all(s.variant_of in grid.SPEC_BY_NAME and s.knob for s in knobs)
+    for spec in knobs:
+        field, value = spec.knob.split("=")
+        cells = grid.make_grid(1, [spec.name, spec.variant_of])
+        cfg = {c.name: _flat(grid.build_config(c, "default", str(tmp_path)).to_dict()) for c in cells}
+        knob, base = cfg[spec.name], cfg[spec.variant_of]
+        assert set(knob) == set(base) and {k for k in knob if knob[k] != base[k]} == {field}, spec.name
+        assert repr(knob[field]) == value and spec.similarity == grid.SPEC_BY_NAME[spec.variant_of].similarity
+    assert grid.knob_variants() == {"loss.gd_isd_shape='hinge'": {"sc_full": "sc_full_hinge",
+                                                                   "sh_full": "sh_full_hinge"}}
+
+
 def test_grid_order_seeds_and_clip_dependency(tmp_path):
     cells = grid.make_grid(2, ["flowclip_hnb", "vse"])
     assert [(c.name, c.seed) for c in cells] == [("vse", 0), ("clip", 0), ("flowclip_hnb", 0), ("vse", 1),
@@ -273,7 +287,7 @@ def _record(name, seed, rsum, *, offset=0.0):
 # the Set Div → MaxMatch CV step is within noise.
 RSUM = {"mil_divmmd": 380, "sc_divmmd": 400, "sh_divmmd": 410, "sc_full": 420, "sh_full": 430, "pvse": 450,
         "setdiv": 390, "vse": 395, "pvse_maxmatch": 440, "clip": 100, "globalm_hnb": 110, "globalm_cimr": 111,
-        "flowclip_hnb": 112, "flowclip_cimr": 113}
+        "flowclip_hnb": 112, "flowclip_cimr": 113, "sc_full_hinge": 425, "sh_full_hinge": 436}
 OFFSET = {"mil_divmmd": -5.0, "sc_divmmd": 0.0, "sh_full": 0.5, "flowclip_cimr": 10.0}
 
 
@@ -319,6 +333,35 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     assert "| 431.00 ± 1.00 |" in row and "| 430.00 ± 1.00 |" in row  # top-k and exact S_H: mean ± std
     assert "best-on-validation" in md
     _assert_tables_are_rectangular(md)
+
+
+def test_knob_cells_re_check_the_claims_they_stand_in_for(tmp_path):
+    """sc_full_hinge / sh_full_hinge (paper inference RSUM 425 / 437: top-k = exact + 1 for S_H) replace sc_full /
+    sh_full (420 / 431) in every claim that has either; the others get no knob row. A report without knob cells
+    says how to get them."""
+    rep = report.write_report(_records(), str(tmp_path), budget="default", seeds=3, command="python -m x")
+    rows = {r["id"]: r for r in rep["knob_claims"]}
+    uses = {c.id for c in claims.CLAIMS if {c.a, c.b} & {"sc_full", "sh_full"}}
+    assert set(rows) == uses and {"ablation_2", "ablation_3", "single_1"} <= uses
+    assert (rows["ablation_2"]["a"], rows["ablation_2"]["b"]) == ("sh_divmmd", "sc_full_hinge")
+    assert (rows["ablation_3"]["a"], rows["ablation_3"]["b"]) == ("sc_full_hinge", "sh_full_hinge")
+    assert rows["ablation_2"]["diff"] == pytest.approx(14.0) and rows["ablation_3"]["diff"] == pytest.approx(12.0)
+    assert rows["ablation_3"]["verdict"] == "reproduced"
+    claim = next(r for r in rep["claims"] if r["id"] == "ablation_3")
+    assert claim["knobs"][0]["knob"] == "loss.gd_isd_shape='hinge'" and "(sc_full_hinge → sh_full_hinge" in \
+        claim["evidence"]
+    assert "knobs" not in next(r for r in rep["claims"] if r["id"] == "ablation_1")
+    md = (tmp_path / "reproduction.md").read_text()
+    other = md.split("## Other defaults")[1].split("## Figures")[0]
+    assert "| S_H, Div+MMD+GD+ISD (MaxMatch, hinge) | `loss.gd_isd_shape='hinge'` | 3 / 3 | 431.00 ± 1.00 | " \
+        "437.00 ± 1.00 |" in other  # the paper inference score (top-k) of the default cell and of the knob cell
+    summary = md.split("## Summary")[1].split("## Grid")[0]
+    assert "ours Δ, other default" in summary and "+12.00 (2·s_p 2.00): reproduced" in summary
+    _assert_tables_are_rectangular(md)
+    plain = report.write_report([r for r in _records() if r["group"] != "knobs"], str(tmp_path / "plain"),
+                                budget="default", seeds=3, command="python -m x")
+    assert plain["knob_claims"] == [] and "no knob cells in this report" in (tmp_path / "plain" /
+                                                                             "reproduction.md").read_text()
 
 
 def _assert_tables_are_rectangular(md):
