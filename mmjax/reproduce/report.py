@@ -116,6 +116,12 @@ def claim_rows(agg: dict, budget: str) -> list[dict]:
                      "ours": {"a": mean(c.a), "b": mean(c.b), **res["best"]}, "ours_final": res["final"],
                      "verdict": res["best"]["verdict"], "evidence": _evidence(c, res["best"], res["final"], agg,
                                                                               budget)})
+    by_id = {r["id"]: r for r in rows}
+    for c, r in zip(CLAIMS, rows):  # a miss whose comparison holds in the other recipe: say so
+        other = by_id.get(c.see_also)
+        if other and r["verdict"] not in ("reproduced", "missing") and other["ours"]["diff"] is not None:
+            r["evidence"] += (f"; the same comparison in the other recipe ({other['text']}; {other['a']} → "
+                              f"{other['b']}): Δ = {other['ours']['diff']:+.2f}, {other['verdict']}")
     return rows
 
 

@@ -318,6 +318,10 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     assert "within 2 points of the frozen CLIP alone (60.0%)" in evidence["binding_hnb"]  # heads ≈ CLIP: 60 ± 0.3
     assert "frozen CLIP alone" not in evidence["cimr_shuffle"]                           # CIMR cell moved by 10
     assert "no image-independent preference left" not in evidence["cimr_shuffle"]       # 55 / 45: not at chance
+    # a miss cites the same comparison in the other recipe; a reproduced row does not
+    assert "the same comparison in the other recipe (smooth-Chamfer's elements spread more than MIL's (ablation " \
+        "recipe); mil_divmmd → sc_divmmd): Δ = +5.00, reproduced" in evidence["cv_1_recipes"]
+    assert "other recipe" not in evidence["cv_1"] and "other recipe" in evidence["cv_2"]
     data = json.load(open(tmp_path / "reproduction.json"))
     assert {"budget", "seeds", "command", "protocol", "verdict_rule", "cells", "claims", "figures",
             "records"} <= set(data)
