@@ -5,7 +5,7 @@ Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writ
 DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository
 are restored into DIR (and DIR_LONG) first and every record is saved there as soon as its cell finishes (and all
 of them once more at the end; `mmjax.reproduce.archive`). Exit status 1 when a cell failed (the report is still
-written from the others).
+written from the others). While DIR/PAUSE exists the grid waits before its next cell (`runner.wait_while_paused`).
 """
 
 from __future__ import annotations

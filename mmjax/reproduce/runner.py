@@ -135,11 +135,31 @@ def load_cell(cell: Cell, out: str) -> dict | None:
     return _read_json(path) if os.path.exists(path) else None
 
 
+PAUSE_FILE = "PAUSE"
+PAUSE_POLL_S = 10.0
+
+
+def wait_while_paused(out: str, log=print) -> float:
+    """Blocks while `out/PAUSE` exists; returns the seconds waited. The grid checks it between cells, so a machine
+    can be freed for other work without stopping a cell mid-way (its wall time would then count the pause)."""
+    path = os.path.join(out, PAUSE_FILE)
+    if not os.path.exists(path):
+        return 0.0
+    log(f"[reproduce] paused: {path} exists (remove it to continue)")
+    t0 = time.perf_counter()
+    while os.path.exists(path):
+        time.sleep(PAUSE_POLL_S)
+    waited = time.perf_counter() - t0
+    log(f"[reproduce] resumed after {waited:.0f} s")
+    return waited
+
+
 def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None) -> dict:
     """Runs every unfinished cell of `cells` in order; returns {"done": [...], "skipped": [...], "failed": [...]}.
     A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason).
     `on_finished(cell)` is called after each cell that finishes here (the CLI archives its record at once, so a grid
-    stopped hours later loses no finished cell)."""
+    stopped hours later loses no finished cell). Before each cell it waits while `out/PAUSE` exists
+    (`wait_while_paused`)."""
     status = {"done": [], "skipped": [], "failed": []}
     failed_clip = set()
     with progress(len(cells), "reproduce", unit="cell", mininterval=0.0) as bar:
@@ -152,6 +172,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
                 status["failed"].append(f"{cell.name}/seed{cell.seed}")
                 log(f"{tag}: not run (its CLIP cell failed)")
             else:
+                wait_while_paused(out, log)
                 t0 = time.perf_counter()
                 try:
                     record = run_cell(cell, out, budget)

@@ -225,6 +225,26 @@ def test_runner_skips_finished_cells_and_records_failures(tmp_path, monkeypatch)
     assert calls == ["clip"] and status["skipped"] == ["vse/seed0"]
 
 
+def test_runner_waits_between_cells_while_a_pause_file_exists(tmp_path, monkeypatch):
+    out, events = str(tmp_path), []
+    open(os.path.join(out, runner.PAUSE_FILE), "w").close()
+
+    def fake_sleep(seconds):  # the pause is lifted while the runner waits
+        events.append("sleep")
+        os.remove(os.path.join(out, runner.PAUSE_FILE))
+
+    def fake_run_cell(cell, out_, budget):
+        events.append(cell.name)
+        return {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}}
+
+    monkeypatch.setattr(runner.time, "sleep", fake_sleep)
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    logged = []
+    status = runner.run_grid(grid.make_grid(1, ["vse", "setdiv"]), out, "smoke", log=logged.append)
+    assert events == ["sleep", "setdiv", "vse"] and status["done"] == ["setdiv/seed0", "vse/seed0"]
+    assert "paused" in logged[0] and "PAUSE" in logged[0] and logged[1].startswith("[reproduce] resumed")
+
+
 @pytest.mark.parametrize("best_step", [None, 4, 2])
 def test_run_cell_evaluates_best_and_final_exports(tmp_path, monkeypatch, best_step):
     """Training and evaluation replaced by fakes: the best export is evaluated only when it differs from the final
