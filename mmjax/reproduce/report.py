@@ -13,7 +13,7 @@ import os
 import platform
 import shutil
 
-from mmjax.reproduce.claims import CLAIMS, VERDICT_RULE, verdict
+from mmjax.reproduce.claims import CLAIMS, SETTINGS, VERDICT_RULE, verdict
 from mmjax.reproduce.figures import copy_heatmaps, write_figures
 from mmjax.reproduce import longer_budget, other_defaults
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
@@ -100,7 +100,8 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     length = (f"{detail['num_steps']} steps" if detail["num_steps"] else f"{detail['num_epochs']} epochs")
     parts.append(f"budget '{budget}': {length}, batch {detail['batch_size']}, data preset {detail['preset']}"
                  + (" (a plumbing check, not a test of the claim)" if budget == "smoke" else ""))
-    parts.append(claim.setting)
+    if claim.setting:
+        parts.append(f"setting: {claim.setting} (see Settings below the table)")
     return "; ".join(p for p in parts if p)
 
 
@@ -231,6 +232,8 @@ def render_markdown(report: dict) -> str:
                   _paper(r["paper"]), f"{_ms(r['ours']['a'])} → {_ms(r['ours']['b'])}",
                   "–" if r["ours"]["diff"] is None else f"{r['ours']['diff']:+.2f}", f"**{r['verdict']}**",
                   r["evidence"]] for r in report["claims"]])
+    L += ["Settings (what differs between the paper's setup and ours; a missed claim's evidence names one):", ""]
+    L += [f"- **{key}**: {text}" for key, text in SETTINGS.items()] + [""]
     L += longer_budget.section(report, _ms, _table)
     L += other_defaults.section(report, _ms, _table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report["figures"].items()] + [""]

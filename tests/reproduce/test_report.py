@@ -342,6 +342,9 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     assert "the same comparison in the other recipe (smooth-Chamfer's elements spread more than MIL's (ablation " \
         "recipe); mil_divmmd → sc_divmmd): Δ = +5.00, reproduced" in evidence["cv_1_recipes"]
     assert "other recipe" not in evidence["cv_1"] and "other recipe" in evidence["cv_2"]
+    # the settings are listed once; a missed claim names its key
+    assert all(f"- **{key}**: {text}" in md for key, text in claims.SETTINGS.items())
+    assert "setting: MaxMatch CV (see Settings" in evidence["cv_2"] and "setting:" not in evidence["cv_1"]
     data = json.load(open(tmp_path / "reproduction.json"))
     assert {"budget", "seeds", "command", "protocol", "verdict_rule", "cells", "claims", "figures",
             "records"} <= set(data)
