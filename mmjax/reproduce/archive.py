@@ -49,13 +49,13 @@ def _portable(record: dict) -> dict:
 
 def save(cells, out: str, archive: str, budget: str) -> list[str]:
     """Writes the finished record of every cell of `cells` in `out` to `archive`; returns the paths it (re)wrote."""
+    from mmjax.reproduce.runner import read_record
     written = []
     for cell in cells:
-        src = os.path.join(cell.workdir(out), RECORD)
-        if not os.path.exists(src):
+        found = read_record(cell.workdir(out))
+        if found is None:
             continue
-        with open(src) as f:
-            record = _portable(json.load(f))
+        record = _portable(found)
         dst = record_path(archive, budget, cell.name, cell.seed)
         if os.path.exists(dst):
             with open(dst) as f:

@@ -3,6 +3,7 @@
     ablation_rsum.png      test RSUM of the ablation, baseline and knob cells
     flowclip_binding.png   binding mean (Real images) of the frozen CLIP and the four heads, chance as a line
     flowclip_controls.png  ARO-style mean of the same cells under Real / Shuffle / Fixed images, chance as a line
+    training_curves.png    training loss and validation RSUM against the step, per seed (the stability check)
 
 `aggregate` is `mmjax.reproduce.report.aggregate`'s output; `which` is 'best' (best-on-validation parameters, the
 final ones for a cell without a best export — the report's grid table notes which) or 'final'.
@@ -108,11 +109,62 @@ def flowclip_controls(aggregate: dict, path: str, which: str = "best") -> str | 
     return _save(fig, path)
 
 
+CURVE_FAMILIES = (("retrieval cells", ("ablation", "baselines", "knobs"), "loss/triplet"),
+                  ("Flow-CLIP heads", ("flowclip",), "loss/total"))
+
+
+def _ramp(cells) -> tuple[int, int] | None:
+    """(first, last) logged step with the all-negative weight strictly between 0 and 1 (the hard-negative ramp)."""
+    for c in cells:
+        for cur in c.get("curves") or ():
+            t = cur.get("train") or {}
+            w = [(s, x) for s, x in zip(t.get("step", []), t.get("loss/all_negative_weight", [])) if x is not None]
+            inside = [s for s, x in w if 0.0 < x < 1.0]
+            if inside:
+                return inside[0], inside[-1]
+    return None
+
+
+def training_curves(aggregate: dict, path: str) -> str | None:
+    """Per family (retrieval cells, Flow-CLIP heads): the training loss and the validation RSUM against the step,
+    one line per seed, one colour per cell; the hard-negative ramp shaded."""
+    families = [(title, [c for c in aggregate.values() if c["group"] in groups and any(c.get("curves") or ())], key)
+                for title, groups, key in CURVE_FAMILIES]
+    families = [f for f in families if f[1]]
+    if not families:
+        return None
+    fig, axes = plt.subplots(len(families), 2, figsize=(12, 3.6 * len(families)), squeeze=False)
+    for (title, cells, key), (ax_loss, ax_val) in zip(families, axes):
+        colors = plt.cm.tab20(np.linspace(0, 1, max(len(cells), 2)))
+        for color, c in zip(colors, cells):
+            for i, cur in enumerate(c["curves"]):
+                t, v = cur.get("train") or {}, cur.get("val") or {}
+                label = c["label"] if i == 0 else None
+                if t.get(key):
+                    ax_loss.plot(t["step"], [np.nan if x is None else x for x in t[key]], color=color, lw=1,
+                                 alpha=0.8, label=label)
+                if v.get("val/rsum"):
+                    ax_val.plot(v["step"], [np.nan if x is None else x for x in v["val/rsum"]], "o-", color=color,
+                                ms=3, lw=1, alpha=0.8, label=label)
+        ramp = _ramp(cells)
+        for ax in (ax_loss, ax_val):
+            if ramp:
+                ax.axvspan(*ramp, color="0.85", zorder=0, label="hard-negative ramp" if ax is ax_val else None)
+            ax.set_xlabel("step")
+        ax_loss.set_ylabel(key)
+        ax_val.set_ylabel("validation RSUM (training similarity)")
+        ax_loss.set_title(f"{title}: training {key} (one line per seed)", fontsize=9)
+        ax_val.set_title(f"{title}: validation RSUM", fontsize=9)
+        ax_val.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def write_figures(aggregate: dict, out: str) -> dict:
     """All charts into `out/figures/`; {name: path relative to `out`} for those with data."""
     made = {}
     for name, fn in (("ablation_rsum", ablation_rsum), ("flowclip_binding", flowclip_binding),
-                     ("flowclip_controls", flowclip_controls)):
+                     ("flowclip_controls", flowclip_controls), ("training_curves", training_curves)):
         path = fn(aggregate, os.path.join(out, "figures", f"{name}.png"))
         if path:
             made[name] = os.path.relpath(path, out)

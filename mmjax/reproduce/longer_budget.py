@@ -34,13 +34,13 @@ def load_records(out: str) -> list[dict]:
         held = json.load(f)
     if held.get("budget") != LONG_BUDGET:
         raise ValueError(f"--long-out {out}: {path} holds a {held.get('budget')!r} budget grid, not {LONG_BUDGET!r}")
+    from mmjax.reproduce.runner import read_record
     records = []
     for spec in SPECS:
         for seed in range(int(held.get("seeds", 0))):
-            cell = os.path.join(out, "cells", spec.name, f"seed{seed}", "cell.json")
-            if os.path.exists(cell):
-                with open(cell) as f:
-                    records.append(json.load(f))
+            record = read_record(os.path.join(out, "cells", spec.name, f"seed{seed}"))
+            if record is not None:
+                records.append(record)
     return records
 
 

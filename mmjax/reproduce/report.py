@@ -18,6 +18,7 @@ from mmjax.reproduce.figures import copy_heatmaps, write_figures
 from mmjax.reproduce import longer_budget, other_defaults
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
+from mmjax.reproduce.curves import largest_val_drop
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
@@ -51,6 +52,8 @@ def aggregate(records: list[dict]) -> dict:
                                .get("dirty") else "") for r in rs} - {""}),
             "metrics": metrics,
             "heatmap": (rs[0].get("figures", {}).get("best") or {}).get("element_similarity"),
+            "curves": [r.get("curves") or {} for r in rs],
+            "val_drop": summarize([largest_val_drop(r.get("curves") or {}) for r in rs]),
         }
     return out
 
@@ -189,13 +192,17 @@ def render_markdown(report: dict) -> str:
               "pipeline, not the papers' claims.", ""]
     L += summary_section(report["claims"])
     L += ["## Grid and budget", ""]
+    L += ["Stability: 'largest val drop' is the largest fall of validation RSUM below its best value so far over a "
+          "run (0 = the curve never falls; a collapse when hardest negatives come in would show here), mean ± std "
+          "over seeds; the curves themselves are in figures/training_curves.png.", ""]
     L += _table(["cell", "group", "seeds", "steps / epochs", "batch", "data", "validation", "wall s / seed",
-                 "load at end", "code", "non-finite losses", "best val RSUM", "notes"],
+                 "load at end", "code", "non-finite losses", "best val RSUM", "largest val drop", "notes"],
                 [[c["label"], c["group"], c["n_seeds"], c["budget_detail"]["num_steps"] or
                   f"{c['budget_detail']['num_epochs']} ep", c["budget_detail"]["batch_size"],
                   c["budget_detail"]["preset"], c["budget_detail"]["validation"], _ms(c["wall_s"], 0),
                   _ms(c.get("load_end"), 1), ", ".join(c.get("commits") or ["–"]),
-                  c["stability"]["nonfinite_losses"], _ms(c["stability"]["best_val_rsum"]), "; ".join(c["notes"])]
+                  c["stability"]["nonfinite_losses"], _ms(c["stability"]["best_val_rsum"]), _ms(c.get("val_drop")),
+                  "; ".join(c["notes"])]
                  for c in agg.values()])
     head = ["cell", "seeds", "RSUM (best)", "RSUM (final)", "S_H exact RSUM", "top-k RSUM", "own-score RSUM",
             "I2T R@1", "T2I R@1"]

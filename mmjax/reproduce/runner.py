@@ -18,6 +18,7 @@ import traceback
 
 from mmjax.batching import progress
 from mmjax.reproduce.grid import Cell, budget_summary, build_config
+from mmjax.reproduce.curves import training_curves
 from mmjax.reproduce.metrics import cell_arrays, cell_metrics
 
 
@@ -60,6 +61,20 @@ def training_stability(workdir: str) -> dict:
     return {"steps_logged": len(losses), "nonfinite_losses": sum(not math.isfinite(x) for x in losses),
             "final_loss": losses[-1] if losses else None,
             "best_val_rsum": best if best is not None and math.isfinite(best) else None}
+
+
+def read_record(workdir: str) -> dict | None:
+    """The cell's `cell.json`, or None when it has not finished. A record written before records carried training
+    curves gets them from the cell's metrics.jsonl when that is still there."""
+    path = os.path.join(workdir, "cell.json")
+    if not os.path.exists(path):
+        return None
+    record = _read_json(path)
+    if "curves" not in record:
+        curves = training_curves(workdir)
+        if curves:
+            record["curves"] = curves
+    return record
 
 
 def code_version() -> dict:
@@ -119,6 +134,7 @@ def run_cell(cell: Cell, out: str, budget: str) -> dict:
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
         "code": code_version(),
         "stability": training_stability(workdir),
+        "curves": training_curves(workdir),
         "metrics": {k: cell_metrics(evaluated.get(k, evaluated["final"]), similarity) for k in ("best", "final")},
         "arrays": {k: cell_arrays(evaluated.get(k, evaluated["final"])) for k in ("best", "final")},
         "figures": {k: (evaluated.get(k, evaluated["final"]).get("figures") or {}) for k in ("best", "final")},
@@ -131,8 +147,7 @@ def run_cell(cell: Cell, out: str, budget: str) -> dict:
 
 
 def load_cell(cell: Cell, out: str) -> dict | None:
-    path = os.path.join(cell.workdir(out), "cell.json")
-    return _read_json(path) if os.path.exists(path) else None
+    return read_record(cell.workdir(out))
 
 
 PAUSE_FILE = "PAUSE"

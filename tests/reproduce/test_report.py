@@ -437,7 +437,11 @@ def check_smoke_output(out):
     for name in ("globalm_hnb", "flowclip_cimr"):
         best = data["cells"][name]["metrics"]["best"]
         assert {f"{g}_{c}" for g in ("binding", "aro") for c in metrics.CONDITIONS} <= set(best)
-    assert set(data["figures"]) == {"ablation_rsum", "flowclip_binding", "flowclip_controls"}
+    assert set(data["figures"]) == {"ablation_rsum", "flowclip_binding", "flowclip_controls", "training_curves"}
+    for name, cell in data["cells"].items():  # every cell carries its curves: losses, and a validation at the end
+        curves = cell["curves"][0]
+        assert curves["train"]["step"] and curves["val"]["step"][-1] == grid.SMOKE_STEPS, name
+        assert cell["val_drop"]["mean"] is not None and cell["val_drop"]["mean"] >= 0.0, name
     for path in data["figures"].values():
         assert (out / path).stat().st_size > 1000
 

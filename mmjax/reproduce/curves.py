@@ -1,0 +1,57 @@
+"""Training curves of a grid cell: every logged loss and validation RSUM of its run, kept in the cell record, so the
+report can show that no cell collapses when hardest negatives come in (docs/design.md#reproduction).
+
+    curves = {"train": {"step": [...], "loss/<term>": [...]}, "val": {"step": [...], "val/rsum": [...]}}
+
+`largest_val_drop(curves)` = max_i (max_{j ≤ i} v_j − v_i) over the validation RSUMs v: 0 for a curve that never
+falls, the size of the fall for a run that collapses after a peak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+CURVE_KEYS = ("loss/", "val/rsum")   # prefixes of the metrics.jsonl fields a record keeps as training curves
+
+
+def training_curves(workdir: str) -> dict:
+    """{"train": {"step": [...], "loss/...": [...]}, "val": {"step": [...], "val/rsum": [...]}} from the cell's
+    metrics.jsonl (every logged row; tens of rows at these budgets): the curves the report draws to show that no
+    cell collapses when hardest negatives come in. {} without a metrics file."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return {}
+    curves = {"train": {"step": []}, "val": {"step": []}}
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    for row in rows:
+        part = "val" if "val/rsum" in row else "train"
+        keys = [k for k in row if k.startswith(CURVE_KEYS) and isinstance(row[k], (int, float))]
+        if part == "train" and not any(k.startswith("loss/") for k in keys):
+            continue
+        series, step = curves[part], int(row["step"])
+        while series["step"] and series["step"][-1] >= step:  # a resumed run logs its last steps again: keep these
+            for values in series.values():
+                values.pop()
+        n = len(series["step"])
+        series["step"].append(step)
+        for k in keys:
+            series.setdefault(k, [None] * n).append(float(row[k]))
+        for k in series:  # a key absent from this row stays aligned with the steps
+            if len(series[k]) < n + 1:
+                series[k].append(None)
+    return curves
+
+
+def largest_val_drop(curves: dict) -> float | None:
+    """max over validations of (best validation RSUM so far − this one): 0 for a curve that never falls, large for
+    a run that collapses after a peak; None without validations."""
+    vals = [v for v in (curves.get("val") or {}).get("val/rsum", []) if v is not None]
+    if not vals:
+        return None
+    best, drop = vals[0], 0.0
+    for v in vals:
+        best = max(best, v)
+        drop = max(drop, best - v)
+    return drop
