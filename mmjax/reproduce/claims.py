@@ -190,3 +190,11 @@ def verdict(a, b, kind: str = "increase") -> dict:
     if abs(d) <= t:
         return {**out, "verdict": "not reproduced"}
     return {**out, "verdict": "reproduced" if sign * d > 0 else "reversed"}
+
+
+def outcome_phrase(what: str, row: dict) -> str:
+    """'<what>: Δ = +x.xx (n = n_a/n_b), <verdict>' for a `verdict` row re-checked in another setting (a longer
+    budget, another default), or '<what>: metric missing'."""
+    if row["diff"] is None:
+        return f"{what}: metric missing"
+    return f"{what}: Δ = {row['diff']:+.2f} (n = {row['n'][0]}/{row['n'][1]}), {row['verdict']}"

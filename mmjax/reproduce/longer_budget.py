@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from mmjax.reproduce.claims import CLAIMS, verdict
+from mmjax.reproduce.claims import CLAIMS, outcome_phrase, verdict
 
 LONG_BUDGET = "long"
 
@@ -66,10 +66,7 @@ def long_claim_rows(long_agg: dict) -> list[dict]:
 
 def evidence_suffix(row: dict) -> str:
     """The sentence a default-budget claim row's evidence ends with when its cells also ran at the long budget."""
-    if row["diff"] is None:
-        return f"long budget ({row['length']}): metric missing"
-    return (f"long budget ({row['length']}, n = {row['n'][0]}/{row['n'][1]}): Δ = {row['diff']:+.2f}, "
-            f"{row['verdict']}")
+    return outcome_phrase(f"long budget ({row['length']})", row)
 
 
 def section(report: dict, ms, table) -> list[str]:

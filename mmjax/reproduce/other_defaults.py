@@ -15,7 +15,7 @@ of the aggregated cells.
 
 from __future__ import annotations
 
-from mmjax.reproduce.claims import CLAIMS, verdict
+from mmjax.reproduce.claims import CLAIMS, outcome_phrase, verdict
 from mmjax.reproduce.grid import SPEC_BY_NAME, knob_variants
 
 
@@ -39,10 +39,7 @@ def knob_claim_rows(agg: dict) -> list[dict]:
 
 def evidence_suffix(row: dict) -> str:
     """The sentence a claim row's evidence ends with when a knob re-checked it."""
-    if row["diff"] is None:
-        return f"with {row['knob']} ({row['a']} → {row['b']}): metric missing"
-    return (f"with {row['knob']} ({row['a']} → {row['b']}, n = {row['n'][0]}/{row['n'][1]}): Δ = {row['diff']:+.2f}, "
-            f"{row['verdict']}")
+    return outcome_phrase(f"with {row['knob']} ({row['a']} → {row['b']})", row)
 
 
 def section(report: dict, ms, table) -> list[str]:

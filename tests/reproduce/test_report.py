@@ -573,7 +573,7 @@ def test_longer_budget_section_and_claim_evidence(tmp_path):
     long_row = rep["long"]["claims"][0]
     assert long_row["diff"] == pytest.approx(24.0) and long_row["verdict"] == "reproduced"  # S_H cells: top-k = +1
     by_id = {r["id"]: r for r in rep["claims"]}
-    assert by_id["ablation_2"]["evidence"].endswith("long budget (10 epochs, n = 2/2): Δ = +24.00, reproduced")
+    assert by_id["ablation_2"]["evidence"].endswith("long budget (10 epochs): Δ = +24.00 (n = 2/2), reproduced")
     assert "long budget" not in by_id["ablation_3"]["evidence"]
     summary = md.split("## Summary")[1].split("## Grid")[0]
     assert "ours Δ, long budget" in summary and "+24.00 (2·s_p 2.83): reproduced (10 epochs)" in summary
