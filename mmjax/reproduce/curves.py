@@ -3,6 +3,8 @@ report can show that no cell collapses when hardest negatives come in (docs/desi
 
     curves = {"train": {"step": [...], "loss/<term>": [...]}, "val": {"step": [...], "val/rsum": [...]}}
 
+`last_value(curves, key)` is a training metric at the end of the run (`END_KEYS`: the Flow-CLIP heads' mean
+|s_L|, the size of the local branch's contribution to the score, and their logit scale).
 `largest_val_drop(curves)` = max_i (max_{j ≤ i} v_j − v_i) over the validation RSUMs v: 0 for a curve that never
 falls, the size of the fall for a run that collapses after a peak.
 """
@@ -12,7 +14,10 @@ from __future__ import annotations
 import json
 import os
 
-CURVE_KEYS = ("loss/", "val/rsum")   # prefixes of the metrics.jsonl fields a record keeps as training curves
+# Prefixes of the metrics.jsonl fields a record keeps as training curves: the loss terms, the validation RSUM, and
+# for the Flow-CLIP heads the size of the local-branch score and the learned logit scale.
+CURVE_KEYS = ("loss/", "val/rsum", "mean_abs_s_local", "logit_scale")
+END_KEYS = ("mean_abs_s_local", "logit_scale")   # their values at the last logged step join the report's evidence
 
 
 def training_curves(workdir: str) -> dict:
@@ -55,3 +60,9 @@ def largest_val_drop(curves: dict) -> float | None:
         best = max(best, v)
         drop = max(drop, best - v)
     return drop
+
+
+def last_value(curves: dict, key: str) -> float | None:
+    """The last logged training value of `key` (None when it was never logged)."""
+    values = [v for v in (curves.get("train") or {}).get(key, []) if v is not None]
+    return values[-1] if values else None

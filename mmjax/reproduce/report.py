@@ -18,7 +18,7 @@ from mmjax.reproduce.figures import copy_heatmaps, write_figures
 from mmjax.reproduce import longer_budget, other_defaults
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
-from mmjax.reproduce.curves import largest_val_drop
+from mmjax.reproduce.curves import END_KEYS, largest_val_drop, last_value
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
@@ -54,6 +54,7 @@ def aggregate(records: list[dict]) -> dict:
             "heatmap": (rs[0].get("figures", {}).get("best") or {}).get("element_similarity"),
             "curves": [r.get("curves") or {} for r in rs],
             "val_drop": summarize([largest_val_drop(r.get("curves") or {}) for r in rs]),
+            "curve_end": {k: summarize([last_value(r.get("curves") or {}, k) for r in rs]) for k in END_KEYS},
         }
     return out
 
@@ -88,6 +89,11 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
             if claim.metric.endswith(("_shuffle", "_fixed")):
                 parts.append("with the wrong image the suites are already at chance before CIMR, so there is no "
                              "image-independent preference left for it to remove")
+        local = [(n, (agg[n].get("curve_end") or {}).get("mean_abs_s_local") or {}) for n in (claim.a, claim.b)]
+        local = [(n, s["mean"]) for n, s in local if s.get("mean") is not None and s["mean"] > 0]
+        if local:  # how much the ICER local branch adds to the score s = s_G + α s_L by the end of training
+            parts.append("local-branch score at the last step: mean |s_L| " + ", ".join(
+                f"{v:.3f} ({n})" for n, v in local) + " against a global cosine score in [−1, 1]")
         base = (agg.get("clip", {}).get("metrics", {}).get("best", {}).get(claim.metric) or {}).get("mean")
         if base is not None and all(m is not None and abs(m - base) < HEAD_NEAR_BASE for m in means):
             parts.append(f"both heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP alone ({base:.1f}%): "

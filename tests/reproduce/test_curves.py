@@ -68,7 +68,13 @@ def test_report_has_the_curve_figure_and_the_stability_column(tmp_path):
         r["curves"] = {"train": {"step": [1, 2, 3], "loss/triplet": [0.3, 0.2, 0.4], "loss/total": [2.0, 1.0, 1.5],
                                  "loss/all_negative_weight": [1.0, 0.5, 0.0]},
                        "val": {"step": [2, 3], "val/rsum": [300.0, 290.0 + r["seed"]]}}
+        if r["name"].startswith("flowclip"):  # the local branch's size at the end: its evidence in the claims
+            r["curves"]["train"]["mean_abs_s_local"] = [0.001, 0.01, 0.02 + 0.01 * r["seed"]]
     rep = report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
+    assert rep["cells"]["flowclip_hnb"]["curve_end"]["mean_abs_s_local"]["mean"] == pytest.approx(0.025)
+    evidence = {r["id"]: r["evidence"] for r in rep["claims"]}
+    assert "mean |s_L| 0.025 (flowclip_hnb) against a global cosine score" in evidence["binding_hnb"]
+    assert "s_L" not in evidence["ablation_2"]
     assert "training_curves" in rep["figures"]
     assert (tmp_path / rep["figures"]["training_curves"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert rep["cells"]["sh_full"]["val_drop"]["values"] == [10.0, 9.0]
