@@ -1,5 +1,5 @@
 """`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N --out DIR [--cells a,b] [--report-only]
-[--long-out DIR_LONG] [--archive docs/reproduction/records] [--publish docs/reproduction.md]`.
+[--long-out DIR_LONG] [--clip-from DIR_BASE] [--archive docs/reproduction/records] [--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository
@@ -31,6 +31,9 @@ def parse_args(argv):
     p.add_argument("--archive", default="", help="directory of committed cell records (docs/reproduction/records): "
                    "records the output directories lack are restored from it (those cells are skipped), and every "
                    "finished record is saved to it")
+    p.add_argument("--clip-from", default="", help="grid directory whose finished CLIP cells the Flow-CLIP heads "
+                   "sit on (e.g. the default grid's workdir/repro for long-budget heads); this grid then trains no "
+                   "CLIP of its own")
     p.add_argument("--publish", default="", help="also copy the report to this .md path, figures beside it in a "
                    "directory of the same name (e.g. docs/reproduction.md + docs/reproduction/)")
     args = p.parse_args(argv)
@@ -43,6 +46,8 @@ def command_line(args) -> str:
     parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}", f"--out {args.out}"]
     if args.cells:
         parts.append(f"--cells {args.cells}")
+    if args.clip_from:
+        parts.append(f"--clip-from {args.clip_from}")
     if args.long_out:
         parts.append(f"--long-out {args.long_out}")
     if args.archive:
@@ -60,10 +65,13 @@ def main(argv=None) -> int:
     from mmjax.reproduce import archive
     from mmjax.reproduce.grid import make_grid
     from mmjax.reproduce.report import write_report
-    from mmjax.reproduce.runner import check_budget, load_cell, run_grid
+    from mmjax.reproduce.runner import check_budget, check_clip_source, load_cell, run_grid
     from mmjax.reproduce.longer_budget import LONG_BUDGET, load_records
     try:
-        cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None)
+        cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None,
+                          with_clip=not args.clip_from)
+        if args.clip_from and not args.report_only:
+            check_clip_source(cells, args.clip_from)
         check_budget(args.out, args.budget, args.seeds)
         if args.archive:
             restored = archive.restore(cells, args.out, args.archive, args.budget)
@@ -85,7 +93,7 @@ def main(argv=None) -> int:
         if args.archive:  # each record is archived as soon as its cell finishes, not only when the grid ends
             def on_finished(cell):
                 archive.save([cell], args.out, args.archive, args.budget)
-        status = run_grid(cells, args.out, args.budget, on_finished=on_finished)
+        status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from)
         failed = status["failed"]
         print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)

@@ -140,8 +140,10 @@ def _retrieval_evals(spec: CellSpec, config) -> dict:
     return evals
 
 
-def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_DIR):
-    """The cell's full config at `budget` (its workdir is `cell.workdir(out)`)."""
+def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_DIR, clip_out: str = ""):
+    """The cell's full config at `budget` (its workdir is `cell.workdir(out)`). A Flow-CLIP head sits on the CLIP
+    cell of its seed in `clip_out` (another grid's directory, e.g. long-budget heads on the default-budget CLIP) or,
+    by default, in `out`."""
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
     spec = cell.spec
@@ -169,21 +171,22 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
         # one epoch after the VSE0 warm-up instead of at once, where the triplet-only Set Div recipe collapses.
         c.loss.hard_negative_ramp_epochs = HARD_NEGATIVE_RAMP_EPOCHS
     if spec.needs_clip:
-        clip_dir = Cell(SPEC_BY_NAME["clip"], cell.seed).workdir(out)
+        clip_dir = Cell(SPEC_BY_NAME["clip"], cell.seed).workdir(clip_out or out)
         c.data.clip_workdir = os.path.abspath(clip_dir)
         c.data.cache_dir = os.path.abspath(os.path.join(clip_dir, "feature_cache"))
     return c
 
 
-def make_grid(seeds: int, names=None) -> list[Cell]:
-    """Cells in run order: seed-major (a finished seed is a complete replicate), the CLIP before its heads."""
+def make_grid(seeds: int, names=None, *, with_clip: bool = True) -> list[Cell]:
+    """Cells in run order: seed-major (a finished seed is a complete replicate), the CLIP before its heads (added
+    when heads are named, unless `with_clip` is False: heads on another grid's CLIP)."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     names = list(names) if names else [s.name for s in SPECS]
     unknown = [n for n in names if n not in SPEC_BY_NAME]
     if unknown:
         raise ValueError(f"unknown cell name(s) {unknown}; known: {sorted(SPEC_BY_NAME)}")
-    if any(SPEC_BY_NAME[n].needs_clip for n in names) and "clip" not in names:
+    if with_clip and any(SPEC_BY_NAME[n].needs_clip for n in names) and "clip" not in names:
         names.append("clip")  # the heads need their frozen base
     order = [s for s in SPECS if s.name in names]
     return [Cell(s, k) for k in range(seeds) for s in order]

@@ -339,8 +339,9 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
             by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
             by_id[row["id"]]["long"] = {k: row[k] for k in ("diff", "threshold", "n", "verdict", "length")}
         seeds_long = max(r["seed"] for r in long_records) + 1
+        clip_from = sorted({r["clip_from"] for r in long_records if r.get("clip_from")})
         command_long = (f"python -m mmjax.reproduce --budget long --seeds {seeds_long} --cells "
-                        f"{','.join(long_agg)} --out {long_out}")
+                        f"{','.join(long_agg)} --out {long_out}" + "".join(f" --clip-from {d}" for d in clip_from))
         report["long"] = {"out": long_out, "command": command_long, "factor": LONG_FACTOR, "cells": long_agg,
                           "claims": long_claims, "wall_s_total": sum(r["wall_s"]["total"] for r in long_records)}
     return report

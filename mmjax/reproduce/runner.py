@@ -102,11 +102,23 @@ def _evaluate(config, workdir: str, params: str) -> dict:
                                verbose=False)
 
 
-def run_cell(cell: Cell, out: str, budget: str) -> dict:
-    """Trains and evaluates one cell (module docstring); returns its cell.json content."""
+def check_clip_source(cells: list[Cell], clip_out: str) -> None:
+    """Raises ValueError naming the file when a head of `cells` has no finished, exported CLIP cell of its seed in
+    `clip_out` (`--clip-from`; restored records carry no export, so that grid's CLIP must have run here)."""
+    for seed in sorted({c.seed for c in cells if c.spec.needs_clip}):
+        clip_dir = os.path.join(clip_out, "cells", "clip", f"seed{seed}")
+        for name in ("cell.json", os.path.join("export", "export.json")):
+            if not os.path.exists(os.path.join(clip_dir, name)):
+                raise ValueError(f"--clip-from {clip_out}: {os.path.join(clip_dir, name)} not found (run the clip cell "
+                                 f"of seed {seed} there first)")
+
+
+def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "") -> dict:
+    """Trains and evaluates one cell (module docstring); returns its cell.json content. `clip_out`: the grid
+    directory whose CLIP a head sits on (default `out`)."""
     from mmjax import experiment
     workdir = cell.workdir(out)
-    config = build_config(cell, budget, out)
+    config = build_config(cell, budget, out, clip_out=clip_out)
     os.makedirs(workdir, exist_ok=True)
     if cell.spec.needs_clip:  # the shared feature cache is written by the first head that needs it
         os.makedirs(config.data.cache_dir, exist_ok=True)
@@ -117,7 +129,7 @@ def run_cell(cell: Cell, out: str, budget: str) -> dict:
     evaluated = {"final": _evaluate(config, workdir, "final")}
     final_info, best_info = _export_info(workdir, "export"), _export_info(workdir, "export_best")
     steps = {"final": (final_info or {}).get("step"), "best": (best_info or {}).get("step")}
-    notes = []
+    notes = [f"frozen CLIP of {clip_out} (--clip-from)"] if clip_out and cell.spec.needs_clip else []
     if best_info is None:
         notes.append("no best-on-validation export: the best columns show the final parameters")
     elif steps["best"] is not None and steps["best"] == steps["final"]:
@@ -130,6 +142,7 @@ def run_cell(cell: Cell, out: str, budget: str) -> dict:
         "name": cell.name, "group": cell.spec.group, "label": cell.spec.label, "seed": cell.seed, "budget": budget,
         "budget_detail": budget_summary(config), "steps": steps,
         "best_params": best_info is not None, "notes": notes,
+        **({"clip_from": clip_out} if clip_out and cell.spec.needs_clip else {}),
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
         "code": code_version(),
@@ -169,7 +182,7 @@ def wait_while_paused(out: str, log=print) -> float:
     return waited
 
 
-def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None) -> dict:
+def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None, clip_out: str = "") -> dict:
     """Runs every unfinished cell of `cells` in order; returns {"done": [...], "skipped": [...], "failed": [...]}.
     A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason).
     `on_finished(cell)` is called after each cell that finishes here (the CLI archives its record at once, so a grid
@@ -190,7 +203,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
                 wait_while_paused(out, log)
                 t0 = time.perf_counter()
                 try:
-                    record = run_cell(cell, out, budget)
+                    record = run_cell(cell, out, budget, clip_out=clip_out)
                 except Exception as e:  # noqa: BLE001 — one cell's failure is recorded; the grid goes on
                     os.makedirs(cell.workdir(out), exist_ok=True)
                     _write_json(os.path.join(cell.workdir(out), "cell_error.json"),

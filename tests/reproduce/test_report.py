@@ -204,7 +204,7 @@ def test_runner_skips_finished_cells_and_records_failures(tmp_path, monkeypatch)
     out = str(tmp_path)
     calls = []
 
-    def fake_run_cell(cell, out_, budget):
+    def fake_run_cell(cell, out_, budget, clip_out=""):
         calls.append(cell.name)
         if cell.name == "clip":
             raise RuntimeError("boom")
@@ -233,7 +233,7 @@ def test_runner_waits_between_cells_while_a_pause_file_exists(tmp_path, monkeypa
         events.append("sleep")
         os.remove(os.path.join(out, runner.PAUSE_FILE))
 
-    def fake_run_cell(cell, out_, budget):
+    def fake_run_cell(cell, out_, budget, clip_out=""):
         events.append(cell.name)
         return {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}}
 
@@ -243,6 +243,36 @@ def test_runner_waits_between_cells_while_a_pause_file_exists(tmp_path, monkeypa
     status = runner.run_grid(grid.make_grid(1, ["vse", "setdiv"]), out, "smoke", log=logged.append)
     assert events == ["sleep", "setdiv", "vse"] and status["done"] == ["setdiv/seed0", "vse/seed0"]
     assert "paused" in logged[0] and "PAUSE" in logged[0] and logged[1].startswith("[reproduce] resumed")
+
+
+def test_heads_on_another_grids_clip(tmp_path, monkeypatch):
+    """--clip-from: a head grid without CLIP cells of its own sits on the finished CLIP of another grid directory,
+    which must have the CLIP's record and export; the head's record says where its CLIP came from."""
+    from mmjax import experiment
+    base, out = str(tmp_path / "default"), str(tmp_path / "long")
+    cells = grid.make_grid(1, ["globalm_hnb"], with_clip=False)
+    assert [c.name for c in cells] == ["globalm_hnb"]
+    assert [c.name for c in grid.make_grid(1, ["globalm_hnb"])] == ["clip", "globalm_hnb"]
+    with pytest.raises(ValueError, match=r"cells/clip/seed0/cell\.json not found"):
+        runner.check_clip_source(cells, base)
+    clip_dir = grid.Cell(grid.SPEC_BY_NAME["clip"], 0).workdir(base)
+    os.makedirs(os.path.join(clip_dir, "export"))
+    runner._write_json(os.path.join(clip_dir, "cell.json"), {"name": "clip"})
+    with pytest.raises(ValueError, match=r"export\.json not found"):  # a restored record has no export
+        runner.check_clip_source(cells, base)
+    runner._write_json(os.path.join(clip_dir, "export", "export.json"), {"step": 1})
+    runner.check_clip_source(cells, base)
+    config = grid.build_config(cells[0], "long", out, clip_out=base)
+    assert config.data.clip_workdir == os.path.abspath(clip_dir) and config.data.cache_dir.startswith(clip_dir)
+    assert config.train.num_steps == 300 * grid.LONG_FACTOR
+
+    seen = {}
+    monkeypatch.setattr(experiment, "run", lambda config, workdir: seen.setdefault("clip", config.data.clip_workdir))
+    monkeypatch.setattr(experiment, "evaluate", lambda config, workdir, **kw: {
+        "retrieval": {"global_m": _retrieval(100.0)}})
+    record = runner.run_cell(cells[0], out, "long", clip_out=base)
+    assert seen["clip"] == os.path.abspath(clip_dir)
+    assert record["clip_from"] == base and f"frozen CLIP of {base} (--clip-from)" in record["notes"]
 
 
 @pytest.mark.parametrize("best_step", [None, 4, 2])
@@ -581,6 +611,27 @@ def test_longer_budget_section_and_claim_evidence(tmp_path):
     # Without long cells the section says how to get them.
     report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x")
     assert "--long-out DIR" in (out / "reproduction.md").read_text().split("## Longer budget")[1]
+
+
+def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_path, capsys):
+    from mmjax.reproduce import __main__ as cli
+    longs = []
+    for name in ("globalm_hnb", "flowclip_hnb"):
+        for seed in range(2):
+            r = _record(name, seed, RSUM[name] + seed)
+            r.update(budget="long", clip_from="workdir/repro")
+            longs.append(r)
+    out = tmp_path / "default"
+    out.mkdir()
+    rep = report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x",
+                              long_records=longs, long_out="DIR_LONG")
+    assert rep["long"]["command"].endswith("--cells globalm_hnb,flowclip_hnb --out DIR_LONG --clip-from workdir/repro")
+    assert [r["id"] for r in rep["long"]["claims"]] == ["binding_hnb"]
+    # the CLI refuses a --clip-from directory without the CLIP it needs, naming the file
+    argv = ["--budget", "long", "--seeds", "1", "--cells", "globalm_hnb", "--out", str(tmp_path / "long"),
+            "--clip-from", str(tmp_path / "nothing")]
+    assert cli.main(argv) == 2
+    assert "cells/clip/seed0/cell.json not found" in capsys.readouterr().err
 
 
 def test_long_out_directory_is_checked(tmp_path):
