@@ -109,8 +109,11 @@ def flowclip_controls(aggregate: dict, path: str, which: str = "best") -> str | 
     return _save(fig, path)
 
 
-CURVE_FAMILIES = (("retrieval cells", ("ablation", "baselines", "knobs"), "loss/triplet"),
-                  ("Flow-CLIP heads", ("flowclip",), "loss/total"))
+# (title, which aggregate cells, the training loss drawn): retrieval cells, the CLIP pretraining, the heads on it.
+CURVE_FAMILIES = (("retrieval cells", lambda name, c: c["group"] != "flowclip", "loss/triplet"),
+                  ("frozen CLIP pretraining", lambda name, c: name == "clip", "loss/total"),
+                  ("Flow-CLIP / Global-M heads", lambda name, c: c["group"] == "flowclip" and name != "clip",
+                   "loss/total"))
 
 
 def _ramp(cells) -> tuple[int, int] | None:
@@ -126,10 +129,10 @@ def _ramp(cells) -> tuple[int, int] | None:
 
 
 def training_curves(aggregate: dict, path: str) -> str | None:
-    """Per family (retrieval cells, Flow-CLIP heads): the training loss and the validation RSUM against the step,
-    one line per seed, one colour per cell; the hard-negative ramp shaded."""
-    families = [(title, [c for c in aggregate.values() if c["group"] in groups and any(c.get("curves") or ())], key)
-                for title, groups, key in CURVE_FAMILIES]
+    """Per family (`CURVE_FAMILIES`): the training loss and the validation RSUM against the step, one line per seed,
+    one colour per cell; the hard-negative ramp shaded, the frozen CLIP's own validation RSUM beside its heads."""
+    families = [(title, [c for n, c in aggregate.items() if pick(n, c) and any(c.get("curves") or ())], key)
+                for title, pick, key in CURVE_FAMILIES]
     families = [f for f in families if f[1]]
     if not families:
         return None
@@ -146,6 +149,9 @@ def training_curves(aggregate: dict, path: str) -> str | None:
                 if v.get("val/rsum"):
                     ax_val.plot(v["step"], [np.nan if x is None else x for x in v["val/rsum"]], "o-", color=color,
                                 ms=3, lw=1, alpha=0.8, label=label)
+        base = (aggregate.get("clip") or {}).get("stability", {}).get("best_val_rsum") or {}
+        if title.startswith("Flow-CLIP") and base.get("mean") is not None:  # the heads sit on this CLIP
+            ax_val.axhline(base["mean"], color="k", ls="--", lw=1, label="frozen CLIP alone (best val RSUM)")
         ramp = _ramp(cells)
         for ax in (ax_loss, ax_val):
             if ramp:
