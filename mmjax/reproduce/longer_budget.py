@@ -80,16 +80,33 @@ def section(report: dict, ms, table) -> list[str]:
           f"config, validation every epoch, best-on-validation parameters): `{long['out']}`. Regenerate: "
           f"`{long['command']}`.", ""]
     default = report["cells"]
-    rows = []
+    empty = {"metrics": {"best": {}}, "n_seeds": 0, "budget_detail": None, "curve_end": {}}
+
+    def lengths(d, c):
+        return [(_length(d["budget_detail"]) if d["budget_detail"] else "–") + f" ({d['n_seeds']})",
+                f"{_length(c['budget_detail'])} ({c['n_seeds']})"]
+
+    rows, head_rows = [], []
     for name, c in long["cells"].items():
-        d = default.get(name) or {"metrics": {"best": {}}, "n_seeds": 0, "budget_detail": None}
+        d = default.get(name) or empty
         db, lb, lf = d["metrics"]["best"], c["metrics"]["best"], c["metrics"]["final"]
-        rows.append([c["label"], (_length(d["budget_detail"]) if d["budget_detail"] else "–") + f" ({d['n_seeds']})",
-                     f"{_length(c['budget_detail'])} ({c['n_seeds']})", ms(db.get("rsum")), ms(lb.get("rsum")),
+        if c["group"] == "flowclip":  # heads: the suite numbers their claims compare, and the local branch's size
+            head_rows.append([c["label"], *lengths(d, c), ms(db.get("binding_real"), 1), ms(lb.get("binding_real"), 1),
+                              " / ".join(ms(lb.get(f"aro_{k}"), 1) for k in ("real", "shuffle", "fixed")),
+                              ms((d.get("curve_end") or {}).get("mean_abs_s_local"), 3),
+                              ms((c.get("curve_end") or {}).get("mean_abs_s_local"), 3), ms(lb.get("rsum")),
+                              ms(c["wall_s"], 0)])
+            continue
+        rows.append([c["label"], *lengths(d, c), ms(db.get("rsum")), ms(lb.get("rsum")),
                      ms(lf.get("rsum")), ms(db.get("cv_log_image"), 3), ms(lb.get("cv_log_image"), 3),
                      ms(c["stability"]["best_val_rsum"]), ms(c["wall_s"], 0)])
-    L += table(["cell", "default (seeds)", "long (seeds)", "RSUM default", "RSUM long (best)", "RSUM long (final)",
-                "ln CV default", "ln CV long", "best val RSUM (long)", "wall s / seed (long)"], rows)
+    if rows:
+        L += table(["cell", "default (seeds)", "long (seeds)", "RSUM default", "RSUM long (best)", "RSUM long (final)",
+                    "ln CV default", "ln CV long", "best val RSUM (long)", "wall s / seed (long)"], rows)
+    if head_rows:
+        L += table(["head", "default (seeds)", "long (seeds)", "binding Real default", "binding Real long",
+                    "ARO Real / Shuffle / Fixed long", "mean |s_L| default", "mean |s_L| long", "RSUM long",
+                    "wall s / seed (long)"], head_rows)
     if long["claims"]:
         by_id = {r["id"]: r for r in report["claims"]}
         signed = lambda x: "–" if x is None else f"{x:+.2f}"  # noqa: E731

@@ -619,7 +619,8 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
     for name in ("globalm_hnb", "flowclip_hnb"):
         for seed in range(2):
             r = _record(name, seed, RSUM[name] + seed)
-            r.update(budget="long", clip_from="workdir/repro")
+            r.update(budget="long", clip_from="workdir/repro", budget_detail={
+                **r["budget_detail"], "num_epochs": 0, "num_steps": 1500})
             longs.append(r)
     out = tmp_path / "default"
     out.mkdir()
@@ -627,6 +628,11 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
                               long_records=longs, long_out="DIR_LONG")
     assert rep["long"]["command"].endswith("--cells globalm_hnb,flowclip_hnb --out DIR_LONG --clip-from workdir/repro")
     assert [r["id"] for r in rep["long"]["claims"]] == ["binding_hnb"]
+    section = (out / "reproduction.md").read_text().split("## Longer budget")[1].split("## Other defaults")[0]
+    head_rows = [line for line in section.splitlines() if line.startswith("| Flow-CLIP, HNB |")]
+    assert len(head_rows) == 1 and "| 2 epochs (3) | 1500 steps (2) | 60.0 ± 0.3 |" in head_rows[0]  # fake default: 2 epochs
+    assert "| head | default (seeds) |" in section and "| RSUM default |" not in section  # no retrieval cells
+    _assert_tables_are_rectangular((out / "reproduction.md").read_text())
     # the CLI refuses a --clip-from directory without the CLIP it needs, naming the file
     argv = ["--budget", "long", "--seeds", "1", "--cells", "globalm_hnb", "--out", str(tmp_path / "long"),
             "--clip-from", str(tmp_path / "nothing")]
