@@ -146,7 +146,7 @@ def _cell(x) -> str:
 
 
 def _table(header, rows) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+    return ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header),
             *("| " + " | ".join(_cell(x) for x in r) + " |" for r in rows), ""]
 
 
