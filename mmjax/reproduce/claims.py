@@ -14,6 +14,11 @@ s_a, s_b (ddof = 1):
         reproduced       d ≥ −t;   reversed   d < −t
     fewer than 2 seeds on either side: 'inconclusive (1 seed)' — no spread to compare with;
     a cell or metric that was not run: 'missing'.
+    paired claims (`Claim.paired`: the two cells of seed k share a base, the Flow-CLIP heads on seed k's frozen
+    CLIP): d_k = b_k − a_k over the seeds both ran, d = mean_k d_k and
+        spread   t = √2 s_d,   s_d = the sample standard deviation of the d_k,
+    the same threshold as 2 s_p when the two cells' seed noise is independent (then s_d = √2 s), and smaller when
+    the shared base moves both cells alike (the CLIP's own seed spread is not a difference between the heads).
 
 Paper numbers and where they come from are in `CLAIMS` (`source`); the ShapesWorld metrics that stand in for the
 papers' benchmarks are named in `mmjax.reproduce.metrics`.
@@ -35,8 +40,11 @@ VERDICT_RULE = (
     "opposite sign and |Δ| > t, and **not reproduced** when |Δ| ≤ t (the difference does not exceed the seed "
     "spread). A 'no loss' claim (the paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
     "otherwise. With fewer than 2 seeds on either side the verdict is **inconclusive (1 seed)**; a cell or metric "
-    "that was not produced gives **missing**. Verdicts use the best-on-validation parameters; the final-state "
-    "verdict is mentioned in the evidence when it differs.")
+    "that was not produced gives **missing**. Claims marked *paired* (the Flow-CLIP heads: both cells of seed k "
+    "sit on seed k's frozen CLIP) take Δ as the mean of the per-seed differences d_k = b_k − a_k and t = √2·s_d, "
+    "with s_d their sample standard deviation — the same threshold as 2·s_p when the two cells' seed noise is "
+    "independent, smaller when the shared CLIP moves both alike. Verdicts use the best-on-validation parameters; "
+    "the final-state verdict is mentioned in the evidence when it differs.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Claim:
     paper_diff: float | None = None   # when the paper states the difference itself (unrounded values)
     setting: str = ""   # key of SETTINGS: what differs between the paper's setting and ours (evidence for a miss)
     see_also: str = ""  # id of the same comparison in another recipe: its outcome joins this row's evidence on a miss
+    paired: bool = False  # both cells of a seed share a base (heads on one CLIP): the verdict uses per-seed differences
 
     @property
     def paper_delta(self) -> float | None:
@@ -122,19 +131,19 @@ CLAIMS: tuple[Claim, ...] = (
     # Flow-CLIP: the local (ICER) branch gains on binding over Global-M.
     Claim("binding_cimr", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB + CIMR heads)",
           "globalm_cimr", "flowclip_cimr", "binding_real", None, None,
-          "Flow-CLIP paper Tab. 6 (ViT-B/32, five-task binding mean)", paper_diff=2.91, setting="Flow-CLIP"),
+          "Flow-CLIP paper Tab. 6 (ViT-B/32, five-task binding mean)", paper_diff=2.91, setting="Flow-CLIP", paired=True),
     Claim("binding_hnb", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB heads)", "globalm_hnb",
           "flowclip_hnb", "binding_real", None, None,
-          "Flow-CLIP paper (the local branch's binding gain; no HNB-only number)", setting="Flow-CLIP"),
+          "Flow-CLIP paper (the local branch's binding gain; no HNB-only number)", setting="Flow-CLIP", paired=True),
     # CIMR makes the score depend on the image: accuracy with the wrong image drops, Real is kept.
     Claim("cimr_shuffle", "CIMR controls", "CIMR lowers ARO accuracy under Shuffle", "flowclip_hnb", "flowclip_cimr",
           "aro_shuffle", 48.75, 35.66, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="decrease", paper_diff=-13.08,
-          setting="Flow-CLIP"),
+          setting="Flow-CLIP", paired=True),
     Claim("cimr_fixed", "CIMR controls", "CIMR lowers ARO accuracy under Fixed", "flowclip_hnb", "flowclip_cimr",
           "aro_fixed", 50.17, 37.21, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="decrease", paper_diff=-12.96,
-          setting="Flow-CLIP"),
+          setting="Flow-CLIP", paired=True),
     Claim("cimr_real", "CIMR controls", "CIMR keeps Real ARO accuracy", "flowclip_hnb", "flowclip_cimr", "aro_real",
-          85.75, 85.91, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="no_loss", setting="Flow-CLIP"),
+          85.75, 85.91, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="no_loss", setting="Flow-CLIP", paired=True),
 )
 
 
@@ -167,22 +176,36 @@ def pooled_std(a, b) -> float:
     return float(math.sqrt(ss / dof))
 
 
-def verdict(a, b, kind: str = "increase") -> dict:
-    """The verdict of the module docstring for per-seed values `a`, `b` (lists of floats; NaN = failed run).
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(float(x))
 
-    Returns {"verdict", "diff" (mean b − mean a, or None), "threshold" (2 s_p, or None), "n": [n_a, n_b]}."""
+
+def verdict(a, b, kind: str = "increase", *, paired: bool = False) -> dict:
+    """The verdict of the module docstring for per-seed values `a`, `b` (lists of floats; None/NaN = failed run).
+    `paired`: `a[k]` and `b[k]` are the same seed (equal lengths); a seed missing on either side drops both.
+
+    Returns {"verdict", "diff" (mean b − mean a, or None), "threshold" (t, or None), "n": [n_a, n_b], "paired"}."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    a = [float(x) for x in (a or ()) if x is not None and math.isfinite(float(x))]
-    b = [float(x) for x in (b or ()) if x is not None and math.isfinite(float(x))]
-    out = {"diff": None, "threshold": None, "n": [len(a), len(b)]}
+    a, b = list(a) if a is not None else [], list(b) if b is not None else []
+    if paired:
+        if len(a) != len(b):
+            raise ValueError(f"paired values need one entry per seed on both sides, got {len(a)} and {len(b)}")
+        pairs = [(float(x), float(y)) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+        a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    a = [float(x) for x in a if _finite(x)]
+    b = [float(x) for x in b if _finite(x)]
+    out = {"diff": None, "threshold": None, "n": [len(a), len(b)], "paired": paired}
     if not a or not b:
         return {**out, "verdict": "missing"}
     d = float(np.mean(b) - np.mean(a))
     out["diff"] = d
     if min(len(a), len(b)) < 2:
         return {**out, "verdict": "inconclusive (1 seed)"}
-    t = 2.0 * pooled_std(a, b)
+    if paired:
+        t = math.sqrt(2.0) * float(np.std(np.subtract(b, a), ddof=1))
+    else:
+        t = 2.0 * pooled_std(a, b)
     out["threshold"] = t
     if kind == "no_loss":
         return {**out, "verdict": "reproduced" if d >= -t else "reversed"}
@@ -192,9 +215,40 @@ def verdict(a, b, kind: str = "increase") -> dict:
     return {**out, "verdict": "reproduced" if sign * d > 0 else "reversed"}
 
 
+def spread_name(row: dict) -> str:
+    """How a verdict row's threshold t was formed: '√2·s_d' (paired seeds) or '2·s_p' (pooled)."""
+    return "√2·s_d" if row.get("paired") else "2·s_p"
+
+
+def spread_text(row: dict) -> str:
+    """' (2·s_p 1.23)' / ' (√2·s_d 1.23)' for a row with a threshold, '' without."""
+    return "" if row.get("threshold") is None else f" ({spread_name(row)} {row['threshold']:.2f})"
+
+
 def outcome_phrase(what: str, row: dict) -> str:
     """'<what>: Δ = +x.xx (n = n_a/n_b), <verdict>' for a `verdict` row re-checked in another setting (a longer
     budget, another default), or '<what>: metric missing'."""
     if row["diff"] is None:
         return f"{what}: metric missing"
     return f"{what}: Δ = {row['diff']:+.2f} (n = {row['n'][0]}/{row['n'][1]}), {row['verdict']}"
+
+
+def cell_values(agg: dict, cell: str, which: str, metric: str, seeds=None) -> list:
+    """Per-seed values of `metric` for `cell` in an aggregate (`mmjax.reproduce.report.aggregate`): the finite ones
+    in seed order, or with `seeds` one entry per seed listed (None where that seed did not run or gave no value)."""
+    summary = ((agg.get(cell) or {}).get("metrics", {}).get(which, {}).get(metric) or {})
+    if seeds is None:
+        return summary.get("values", [])
+    by_seed = dict(zip((agg.get(cell) or {}).get("seeds", []), summary.get("by_seed", [])))
+    return [by_seed.get(k) for k in seeds]
+
+
+def check(agg: dict, claim: Claim, *, a: str = "", b: str = "", which: str = "best") -> dict:
+    """`verdict` of `claim` on an aggregate, with cells `a`/`b` standing in for the claim's own (a longer budget's
+    aggregate, a knob cell); paired claims pair the seeds the two cells share."""
+    a, b = a or claim.a, b or claim.b
+    if not claim.paired:
+        return verdict(cell_values(agg, a, which, claim.metric), cell_values(agg, b, which, claim.metric), claim.kind)
+    seeds = sorted(set((agg.get(a) or {}).get("seeds", [])) | set((agg.get(b) or {}).get("seeds", [])))
+    return verdict(cell_values(agg, a, which, claim.metric, seeds), cell_values(agg, b, which, claim.metric, seeds),
+                   claim.kind, paired=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from mmjax.reproduce.claims import CLAIMS, outcome_phrase, verdict
+from mmjax.reproduce.claims import CLAIMS, check, outcome_phrase
 
 LONG_BUDGET = "long"
 
@@ -44,10 +44,6 @@ def load_records(out: str) -> list[dict]:
     return records
 
 
-def _values(agg: dict, cell: str, metric: str) -> list:
-    return ((agg.get(cell) or {}).get("metrics", {}).get("best", {}).get(metric) or {}).get("values", [])
-
-
 def _length(detail: dict) -> str:
     return f"{detail['num_steps']} steps" if detail["num_steps"] else f"{detail['num_epochs']} epochs"
 
@@ -58,7 +54,7 @@ def long_claim_rows(long_agg: dict) -> list[dict]:
     for c in CLAIMS:
         if c.a not in long_agg or c.b not in long_agg:
             continue
-        v = verdict(_values(long_agg, c.a, c.metric), _values(long_agg, c.b, c.metric), c.kind)
+        v = check(long_agg, c)
         rows.append({"id": c.id, "a": c.a, "b": c.b, "metric": c.metric, "length": _length(
             long_agg[c.a]["budget_detail"]), **v})
     return rows

@@ -4,7 +4,7 @@
 A knob cell names the claim cell it stands in for (`CellSpec.variant_of`) and the one config field it changes
 (`CellSpec.knob`); it runs in the same default-budget grid with the same seeds. For each knob, every claim with a
 cell that has a variant under that knob is evaluated again with the variant(s) substituted — both sides when both
-have one — by the same verdict rule (`mmjax.reproduce.claims.verdict`):
+have one — by the same verdict rule (`mmjax.reproduce.claims.check`):
 
     claim a → b,  knob k:   a' = variant_k(a) or a,   b' = variant_k(b) or b,   Δ_k = mean(b') − mean(a')
 
@@ -15,12 +15,8 @@ of the aggregated cells.
 
 from __future__ import annotations
 
-from mmjax.reproduce.claims import CLAIMS, outcome_phrase, verdict
+from mmjax.reproduce.claims import CLAIMS, check, outcome_phrase, spread_text
 from mmjax.reproduce.grid import SPEC_BY_NAME, knob_variants
-
-
-def _values(agg: dict, cell: str, metric: str) -> list:
-    return ((agg.get(cell) or {}).get("metrics", {}).get("best", {}).get(metric) or {}).get("values", [])
 
 
 def knob_claim_rows(agg: dict) -> list[dict]:
@@ -32,7 +28,7 @@ def knob_claim_rows(agg: dict) -> list[dict]:
             if c.a not in present and c.b not in present:
                 continue
             a, b = present.get(c.a, c.a), present.get(c.b, c.b)
-            v = verdict(_values(agg, a, c.metric), _values(agg, b, c.metric), c.kind)
+            v = check(agg, c, a=a, b=b)
             rows.append({"id": c.id, "knob": knob, "a": a, "b": b, "metric": c.metric, **v})
     return rows
 
@@ -67,13 +63,12 @@ def section(report: dict, ms, table) -> list[str]:
     if knob_rows:
         by_id = {r["id"]: r for r in report["claims"]}
         signed = lambda x: "–" if x is None else f"{x:+.2f}"  # noqa: E731
-        spread = lambda r: "" if r.get("threshold") is None else f" (2·s_p {r['threshold']:.2f})"  # noqa: E731
         claim_rows = []
         for r in knob_rows:
             d = by_id[r["id"]]
             claim_rows.append([f"{d['claim']}: {d['text']}", f"`{r['knob']}`", f"{d['a']} → {d['b']}",
                                f"{r['a']} → {r['b']}", signed(d["paper"]["diff"]), signed(d["ours"]["diff"]),
-                               d["verdict"], signed(r["diff"]) + spread(r), f"**{r['verdict']}**"])
+                               d["verdict"], signed(r["diff"]) + spread_text(r), f"**{r['verdict']}**"])
         L += ["Claims re-checked with the knob cells substituted (same verdict rule):", ""]
         L += table(["claim", "knob", "default cells", "knob cells", "paper Δ", "ours Δ default", "verdict default",
                     "ours Δ knob", "verdict knob"], claim_rows)

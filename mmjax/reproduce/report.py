@@ -13,7 +13,7 @@ import os
 import platform
 import shutil
 
-from mmjax.reproduce.claims import CLAIMS, SETTINGS, VERDICT_RULE, verdict
+from mmjax.reproduce.claims import CLAIMS, SETTINGS, VERDICT_RULE, cell_values, check, spread_name, spread_text
 from mmjax.reproduce.figures import copy_heatmaps, write_figures
 from mmjax.reproduce import longer_budget, other_defaults
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
@@ -39,7 +39,8 @@ def aggregate(records: list[dict]) -> dict:
         metrics = {}
         for which in ("best", "final"):
             keys = sorted({k for r in rs for k in r["metrics"][which]})
-            metrics[which] = {k: summarize([r["metrics"][which].get(k) for r in rs]) for k in keys}
+            metrics[which] = {k: {**summarize([r["metrics"][which].get(k) for r in rs]),
+                                  "by_seed": [r["metrics"][which].get(k) for r in rs]} for k in keys}
         out[spec.name] = {
             "label": spec.label, "group": spec.group, "seeds": [r["seed"] for r in rs], "n_seeds": len(rs),
             "budget_detail": rs[0]["budget_detail"], "best_params": all(r["best_params"] for r in rs),
@@ -59,12 +60,9 @@ def aggregate(records: list[dict]) -> dict:
     return out
 
 
-def _values(agg: dict, cell: str, which: str, metric: str) -> list:
-    return ((agg.get(cell) or {}).get("metrics", {}).get(which, {}).get(metric) or {}).get("values", [])
-
-
 def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     d, t = v["diff"], v["threshold"]
+    paired = ", paired by seed" if v.get("paired") else ""
     if v["verdict"] == "missing":
         absent = [c for c in (claim.a, claim.b) if c not in agg]
         return (f"cell(s) {', '.join(absent)} not finished (see cells/<name>/seed<k>/cell_error.json)" if absent
@@ -73,11 +71,12 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     if v["verdict"] == "inconclusive (1 seed)":
         parts.append("one seed: no seed spread to compare the difference with (run --seeds ≥ 3)")
     elif v["verdict"] == "reproduced":
-        return f"Δ = {d:+.2f} beyond 2·s_p = {t:.2f} (n = {v['n'][0]}/{v['n'][1]})"
+        return f"Δ = {d:+.2f} beyond {spread_name(v)} = {t:.2f} (n = {v['n'][0]}/{v['n'][1]}{paired})"
     elif v["verdict"] == "not reproduced":
-        parts.append(f"|Δ| = {abs(d):.2f} within the seed spread 2·s_p = {t:.2f} (n = {v['n'][0]}/{v['n'][1]})")
+        parts.append(f"|Δ| = {abs(d):.2f} within the seed spread {spread_name(v)} = {t:.2f} "
+                     f"(n = {v['n'][0]}/{v['n'][1]}{paired})")
     else:
-        parts.append(f"Δ = {d:+.2f} against the paper's direction, beyond 2·s_p = {t:.2f}")
+        parts.append(f"Δ = {d:+.2f} against the paper's direction, beyond {spread_name(v)} = {t:.2f}{paired}")
     if v_final["verdict"] != v["verdict"]:
         parts.append(f"final-state parameters give '{v_final['verdict']}'")
     if claim.metric.endswith(CONDITIONS):  # suite accuracies: is either model above chance at all?
@@ -117,9 +116,8 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
 def claim_rows(agg: dict, budget: str) -> list[dict]:
     rows = []
     for c in CLAIMS:
-        res = {w: verdict(_values(agg, c.a, w, c.metric), _values(agg, c.b, w, c.metric), c.kind)
-               for w in ("best", "final")}
-        mean = lambda cell: summarize(_values(agg, cell, "best", c.metric))  # noqa: E731
+        res = {w: check(agg, c, which=w) for w in ("best", "final")}
+        mean = lambda cell: summarize(cell_values(agg, cell, "best", c.metric))  # noqa: E731
         rows.append({"id": c.id, "claim": c.group, "text": c.text, "source": c.source, "a": c.a, "b": c.b,
                      "metric": c.metric, "kind": c.kind, "paper": {"a": c.paper_a, "b": c.paper_b,
                                                                    "diff": c.paper_delta},
@@ -262,8 +260,7 @@ def summary_section(rows: list[dict]) -> list[str]:
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, whose "
          "evidence column says why each row came out as it did.", ""]
-    spread = lambda o: "" if o.get("threshold") is None else f" (2·s_p {o['threshold']:.2f})"  # noqa: E731
-    delta = lambda o: "–" if not o or o["diff"] is None else f"{o['diff']:+.2f}{spread(o)}"  # noqa: E731
+    delta = lambda o: "–" if not o or o["diff"] is None else f"{o['diff']:+.2f}{spread_text(o)}"  # noqa: E731
     long = [r for r in rows if r.get("long")]
     knobs = [r for r in rows if r.get("knobs")]
     head = (["claim", "a → b", "paper Δ", "ours Δ", "verdict"] + (["ours Δ, long budget"] if long else [])

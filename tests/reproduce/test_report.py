@@ -61,6 +61,38 @@ def test_one_seed_missing_and_failed_runs():
         claims.verdict([1.0], [2.0], "bigger")
 
 
+def test_paired_verdict_uses_the_spread_of_per_seed_differences():
+    base = [70.0, 74.0, 66.0]                        # a shared base that moves both cells per seed (the CLIP)
+    a, b = base, [x + 1.0 + e for x, e in zip(base, (0.1, -0.1, 0.0))]
+    pooled, paired = claims.verdict(a, b), claims.verdict(a, b, paired=True)
+    assert pooled["verdict"] == "not reproduced"     # 2·s_p ≈ 8: the base's spread swamps the +1 difference
+    d = np.subtract(b, a)
+    assert paired["threshold"] == pytest.approx(math.sqrt(2) * np.std(d, ddof=1))  # √2·s_d ≈ 0.14
+    assert paired["verdict"] == "reproduced" and paired["diff"] == pytest.approx(1.0) and paired["paired"]
+    # independent noise: the paired threshold is the pooled one in expectation (s_d = √2 s)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(0, 1, 20000), rng.normal(0, 1, 20000)
+    assert claims.verdict(x, y, paired=True)["threshold"] == pytest.approx(claims.verdict(x, y)["threshold"],
+                                                                         rel=0.03)
+    # a seed missing on one side drops the pair; unequal lists are refused
+    v = claims.verdict([1.0, None, 3.0, 4.0], [2.0, 5.0, float("nan"), 5.5], paired=True)
+    assert v["n"] == [2, 2] and v["diff"] == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="one entry per seed"):
+        claims.verdict([1.0, 2.0], [1.0], paired=True)
+
+
+def test_check_pairs_the_seeds_two_cells_share(tmp_path):
+    records = [_record(n, s, RSUM[n] + 10 * s) for n in ("globalm_hnb", "flowclip_hnb") for s in range(3)
+               if (n, s) != ("flowclip_hnb", 1)]
+    agg = report.aggregate(records)
+    claim = next(c for c in claims.CLAIMS if c.id == "binding_hnb")
+    assert claim.paired and not next(c for c in claims.CLAIMS if c.id == "ablation_2").paired
+    assert all(c.paired == (c.setting == "Flow-CLIP") for c in claims.CLAIMS)
+    assert claims.cell_values(agg, "flowclip_hnb", "best", "rsum", [0, 1, 2]) == [112.0, None, 132.0]
+    v = claims.check(agg, claim)
+    assert v["n"] == [2, 2] and v["paired"]
+
+
 def test_claims_match_the_paper_numbers_and_the_grid():
     by_id = {c.id: c for c in claims.CLAIMS}
     ablation = [by_id[f"ablation_{i}"] for i in (1, 2, 3)]
@@ -656,8 +688,9 @@ def test_long_out_directory_is_checked(tmp_path):
 
 def test_controls_at_chance_say_cimr_has_nothing_to_remove(tmp_path):
     recs = [r for r in _records() if r["name"] not in ("flowclip_hnb", "flowclip_cimr")]
-    recs += [_record(n, s, RSUM[n], offset=off + 0.3 * s) for s in range(3)  # Shuffle 55 − offset ≈ chance 40
-             for n, off in (("flowclip_hnb", 14.0), ("flowclip_cimr", 14.2))]
+    # Shuffle 55 − offset ≈ chance 40; opposite seed jitter, so the paired differences (−0.8, −0.2, +0.4) spread
+    recs += [_record(n, s, RSUM[n], offset=off + jitter * s) for s in range(3)
+             for n, off, jitter in (("flowclip_hnb", 14.0, 0.3), ("flowclip_cimr", 14.8, -0.3))]
     rep = report.write_report(recs, str(tmp_path), budget="default", seeds=3, command="python -m x")
     evidence = {r["id"]: r["evidence"] for r in rep["claims"]}
     for claim in ("cimr_shuffle", "cimr_fixed"):
