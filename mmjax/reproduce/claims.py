@@ -7,7 +7,9 @@ s_a, s_b (ddof = 1):
     pooled   s_p = sqrt(((n_a − 1) s_a² + (n_b − 1) s_b²) / (n_a + n_b − 2))
     spread   t = 2 s_p
     'increase' / 'decrease' claims (the paper's sign):
-        reproduced       sign(d) = expected sign  and |d| > t
+        reproduced       sign(d) = expected sign  and |d| > t  and |d| ≥ SIZE_FLOOR · |paper d|
+        direction only   sign(d) = expected sign  and |d| > t, but |d| < SIZE_FLOOR · |paper d| (= 0.1: the
+                         effect exists here but at under a tenth of the paper's size)
         reversed         sign(d) = −expected sign and |d| > t
         not reproduced   otherwise (|d| ≤ t: the difference does not exceed the seed spread)
     'no_loss' claims (the paper reports b ≈ a or better):
@@ -32,13 +34,15 @@ import math
 import numpy as np
 
 KINDS = ("increase", "decrease", "no_loss")
-VERDICTS = ("reproduced", "not reproduced", "reversed", "inconclusive (1 seed)", "missing")
+VERDICTS = ("reproduced", "direction only", "not reproduced", "reversed", "inconclusive (1 seed)", "missing")
+SIZE_FLOOR = 0.1   # a difference beyond the seed spread but under this fraction of the paper's is 'direction only'
 VERDICT_RULE = (
     "Each claim row compares two cells on one metric: Δ = mean(b) − mean(a) over seeds, with the pooled seed "
     "standard deviation s_p = sqrt(((n_a − 1)s_a² + (n_b − 1)s_b²)/(n_a + n_b − 2)) and the spread t = 2·s_p. "
     "A directional claim is **reproduced** when Δ has the paper's sign and |Δ| > t, **reversed** when Δ has the "
     "opposite sign and |Δ| > t, and **not reproduced** when |Δ| ≤ t (the difference does not exceed the seed "
-    "spread). A 'no loss' claim (the paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
+    "spread); a difference with the paper's sign beyond t but under a tenth of the paper's own difference is "
+    "**direction only** (real here, but too small to call the paper's effect reproduced). A 'no loss' claim (the paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
     "otherwise. With fewer than 2 seeds on either side the verdict is **inconclusive (1 seed)**; a cell or metric "
     "that was not produced gives **missing**. Claims marked *paired* (the Flow-CLIP heads: both cells of seed k "
     "sit on seed k's frozen CLIP) take Δ as the mean of the per-seed differences d_k = b_k − a_k and t = √2·s_d, "
@@ -180,9 +184,10 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(float(x))
 
 
-def verdict(a, b, kind: str = "increase", *, paired: bool = False) -> dict:
+def verdict(a, b, kind: str = "increase", *, paired: bool = False, paper_diff: float | None = None) -> dict:
     """The verdict of the module docstring for per-seed values `a`, `b` (lists of floats; None/NaN = failed run).
     `paired`: `a[k]` and `b[k]` are the same seed (equal lengths); a seed missing on either side drops both.
+    `paper_diff`: the paper's difference, for the size floor (None: no floor).
 
     Returns {"verdict", "diff" (mean b − mean a, or None), "threshold" (t, or None), "n": [n_a, n_b], "paired"}."""
     if kind not in KINDS:
@@ -212,7 +217,10 @@ def verdict(a, b, kind: str = "increase", *, paired: bool = False) -> dict:
     sign = 1.0 if kind == "increase" else -1.0
     if abs(d) <= t:
         return {**out, "verdict": "not reproduced"}
-    return {**out, "verdict": "reproduced" if sign * d > 0 else "reversed"}
+    if sign * d < 0:
+        return {**out, "verdict": "reversed"}
+    small = paper_diff is not None and abs(d) < SIZE_FLOOR * abs(paper_diff)
+    return {**out, "verdict": "direction only" if small else "reproduced"}
 
 
 def spread_name(row: dict) -> str:
@@ -248,7 +256,8 @@ def check(agg: dict, claim: Claim, *, a: str = "", b: str = "", which: str = "be
     aggregate, a knob cell); paired claims pair the seeds the two cells share."""
     a, b = a or claim.a, b or claim.b
     if not claim.paired:
-        return verdict(cell_values(agg, a, which, claim.metric), cell_values(agg, b, which, claim.metric), claim.kind)
+        return verdict(cell_values(agg, a, which, claim.metric), cell_values(agg, b, which, claim.metric), claim.kind,
+                       paper_diff=claim.paper_delta)
     seeds = sorted(set((agg.get(a) or {}).get("seeds", [])) | set((agg.get(b) or {}).get("seeds", [])))
     return verdict(cell_values(agg, a, which, claim.metric, seeds), cell_values(agg, b, which, claim.metric, seeds),
-                   claim.kind, paired=True)
+                   claim.kind, paired=True, paper_diff=claim.paper_delta)

@@ -70,8 +70,12 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     parts = []
     if v["verdict"] == "inconclusive (1 seed)":
         parts.append("one seed: no seed spread to compare the difference with (run --seeds ≥ 3)")
+    elif v["verdict"] == "direction only":
+        parts.append(f"Δ = {d:+.2f} has the paper's sign beyond {spread_name(v)} = {t:.2f}{paired}, but is "
+                     f"{abs(d / claim.paper_delta):.1%} of the paper's {claim.paper_delta:+.2f}")
     elif v["verdict"] == "reproduced":
-        return f"Δ = {d:+.2f} beyond {spread_name(v)} = {t:.2f} (n = {v['n'][0]}/{v['n'][1]}{paired})"
+        size = f"; {d / claim.paper_delta:.0%} of the paper's {claim.paper_delta:+.2f}" if claim.paper_delta else ""
+        return f"Δ = {d:+.2f} beyond {spread_name(v)} = {t:.2f} (n = {v['n'][0]}/{v['n'][1]}{paired}){size}"
     elif v["verdict"] == "not reproduced":
         parts.append(f"|Δ| = {abs(d):.2f} within the seed spread {spread_name(v)} = {t:.2f} "
                      f"(n = {v['n'][0]}/{v['n'][1]}{paired})")
@@ -259,16 +263,21 @@ def summary_section(rows: list[dict]) -> list[str]:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, whose "
-         "evidence column says why each row came out as it did.", ""]
+         "evidence column says why each row came out as it did; 'ours / paper' is our Δ as a share of the paper's "
+         "(negative: the other way). Different benchmarks, so a size, not a match.", ""]
     delta = lambda o: "–" if not o or o["diff"] is None else f"{o['diff']:+.2f}{spread_text(o)}"  # noqa: E731
     long = [r for r in rows if r.get("long")]
     knobs = [r for r in rows if r.get("knobs")]
-    head = (["claim", "a → b", "paper Δ", "ours Δ", "verdict"] + (["ours Δ, long budget"] if long else [])
+    head = (["claim", "a → b", "paper Δ", "ours Δ", "ours / paper", "verdict"]
+            + (["ours Δ, long budget"] if long else [])
             + (["ours Δ, other default"] if knobs else []))
     body = []
     for r in rows:
         paper = "–" if r["paper"]["diff"] is None else f"{r['paper']['diff']:+.2f}"
-        line = [f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}", paper, delta(r["ours"]), f"**{r['verdict']}**"]
+        ratio = ("–" if r["paper"]["diff"] in (None, 0) or r["ours"]["diff"] is None
+                 else f"{r['ours']['diff'] / r['paper']['diff']:.0%}")
+        line = [f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}", paper, delta(r["ours"]), ratio,
+                f"**{r['verdict']}**"]
         if long:
             lr = r.get("long")
             line.append("–" if not lr else f"{delta(lr)}: {lr['verdict']} ({lr['length']})")

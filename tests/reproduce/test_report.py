@@ -49,6 +49,16 @@ def test_verdicts_of_the_rule():
     assert claims.verdict(lo, [x + 9.0 for x in lo], "no_loss")["verdict"] == "reproduced"
 
 
+def test_a_difference_under_a_tenth_of_the_papers_is_direction_only():
+    lo = [1.0, 2.0, 3.0]                          # s_p = 1, threshold 2
+    hi = [x + 3.0 for x in lo]                    # Δ = +3, beyond the spread
+    assert claims.verdict(lo, hi, paper_diff=29.0)["verdict"] == "reproduced"       # 10.3 % of the paper's
+    assert claims.verdict(lo, hi, paper_diff=31.0)["verdict"] == "direction only"   # 9.7 %
+    assert claims.verdict(lo, hi)["verdict"] == "reproduced"                          # no paper number: no floor
+    assert claims.verdict(hi, lo, paper_diff=31.0)["verdict"] == "reversed"          # the floor is for the right sign
+    assert claims.verdict(lo, [x - 1.0 for x in lo], "no_loss", paper_diff=50.0)["verdict"] == "reproduced"
+
+
 def test_one_seed_missing_and_failed_runs():
     v = claims.verdict([1.0], [5.0])
     assert v["verdict"] == "inconclusive (1 seed)" and v["diff"] == pytest.approx(4.0) and v["threshold"] is None
@@ -404,6 +414,9 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     assert "the same comparison in the other recipe (smooth-Chamfer's elements spread more than MIL's (ablation " \
         "recipe); mil_divmmd → sc_divmmd): Δ = +5.00, reproduced" in evidence["cv_1_recipes"]
     assert "other recipe" not in evidence["cv_1"] and "other recipe" in evidence["cv_2"]
+    # the size of our difference against the paper's, in the Summary and a reproduced row's evidence
+    assert "| +1.66 | +11.00 (2·s_p 2.00) | 663% | **reproduced** |" in md
+    assert evidence["ablation_1"].endswith("; 663% of the paper's +1.66")
     # the settings are listed once; a missed claim names its key
     assert all(f"- **{key}**: {text}" in md for key, text in claims.SETTINGS.items())
     assert "setting: MaxMatch CV (see Settings" in evidence["cv_2"] and "setting:" not in evidence["cv_1"]
