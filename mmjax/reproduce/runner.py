@@ -78,8 +78,9 @@ def read_record(workdir: str) -> dict | None:
 
 
 def code_version() -> dict:
-    """{"commit", "dirty"} of the repository the grid runs from ({} outside a git checkout): a grid resumed across
-    commits says which cells ran on which code."""
+    """{"commit", "dirty"} of the repository's checkout now ({} outside a git checkout). A cell records the version
+    its grid process was launched on (`run_grid` reads it once, before the first cell): a Python process keeps the
+    code it imported, so the checkout's HEAD when the cell ends may be a later commit the cell never ran."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -89,6 +90,10 @@ def code_version() -> dict:
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"commit": commit, "dirty": dirty}
+
+
+def _short(version: dict) -> str:
+    return (version.get("commit", "")[:10] or "(no git)") + ("+dirty" if version.get("dirty") else "")
 
 
 def _export_info(workdir: str, name: str) -> dict | None:
@@ -113,9 +118,11 @@ def check_clip_source(cells: list[Cell], clip_out: str) -> None:
                                  f"of seed {seed} there first)")
 
 
-def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "") -> dict:
+def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code: dict | None = None) -> dict:
     """Trains and evaluates one cell (module docstring); returns its cell.json content. `clip_out`: the grid
-    directory whose CLIP a head sits on (default `out`)."""
+    directory whose CLIP a head sits on (default `out`). `launch_code`: `code_version()` when this process started
+    the grid (default: now); when the checkout has moved on by the time the cell ends, the record keeps both."""
+    launch_code = code_version() if launch_code is None else launch_code
     from mmjax import experiment
     workdir = cell.workdir(out)
     config = build_config(cell, budget, out, clip_out=clip_out)
@@ -138,6 +145,10 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "") -> dict:
     else:
         evaluated["best"] = _evaluate(config, workdir, "best")
     t_eval = time.perf_counter() - t0 - t_train
+    end_code = code_version()
+    if end_code != launch_code:  # committed (or edited) while the process ran: the cell ran the launch version
+        notes.append(f"ran the code of {_short(launch_code)} (the grid's launch); the checkout was at "
+                     f"{_short(end_code)} when the cell ended")
     record = {
         "name": cell.name, "group": cell.spec.group, "label": cell.spec.label, "seed": cell.seed, "budget": budget,
         "budget_detail": budget_summary(config), "steps": steps,
@@ -145,7 +156,8 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "") -> dict:
         **({"clip_from": clip_out} if clip_out and cell.spec.needs_clip else {}),
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
-        "code": code_version(),
+        "code": launch_code,
+        **({"code_at_end": end_code} if end_code != launch_code else {}),
         "stability": training_stability(workdir),
         "curves": training_curves(workdir),
         "metrics": {k: cell_metrics(evaluated.get(k, evaluated["final"]), similarity) for k in ("best", "final")},
@@ -190,6 +202,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
     (`wait_while_paused`)."""
     status = {"done": [], "skipped": [], "failed": []}
     failed_clip = set()
+    launch_code = code_version()  # what this process imported; every cell it runs records this version
     with progress(len(cells), "reproduce", unit="cell", mininterval=0.0) as bar:
         for i, cell in enumerate(cells):
             tag = f"[reproduce] {i + 1}/{len(cells)} {cell.name} seed{cell.seed}"
@@ -203,7 +216,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
                 wait_while_paused(out, log)
                 t0 = time.perf_counter()
                 try:
-                    record = run_cell(cell, out, budget, clip_out=clip_out)
+                    record = run_cell(cell, out, budget, clip_out=clip_out, launch_code=launch_code)
                 except Exception as e:  # noqa: BLE001 — one cell's failure is recorded; the grid goes on
                     os.makedirs(cell.workdir(out), exist_ok=True)
                     _write_json(os.path.join(cell.workdir(out), "cell_error.json"),

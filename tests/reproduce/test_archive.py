@@ -120,7 +120,7 @@ def test_each_record_is_archived_as_soon_as_its_cell_finishes(tmp_path, monkeypa
     seen_in_archive = []
     by_name = {r["name"]: r for r in _report_tests._records(1)}
 
-    def fake_run_cell(cell, out_, budget, clip_out=""):
+    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None):
         seen_in_archive.append(sorted(os.path.relpath(p, store) for p in _json_files(store)))
         if cell.name == "vse":
             raise KeyboardInterrupt  # not an Exception: the grid stops here, as a stopped session would

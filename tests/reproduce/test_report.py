@@ -246,7 +246,7 @@ def test_runner_skips_finished_cells_and_records_failures(tmp_path, monkeypatch)
     out = str(tmp_path)
     calls = []
 
-    def fake_run_cell(cell, out_, budget, clip_out=""):
+    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None):
         calls.append(cell.name)
         if cell.name == "clip":
             raise RuntimeError("boom")
@@ -275,7 +275,7 @@ def test_runner_waits_between_cells_while_a_pause_file_exists(tmp_path, monkeypa
         events.append("sleep")
         os.remove(os.path.join(out, runner.PAUSE_FILE))
 
-    def fake_run_cell(cell, out_, budget, clip_out=""):
+    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None):
         events.append(cell.name)
         return {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}}
 
@@ -347,6 +347,30 @@ def test_run_cell_evaluates_best_and_final_exports(tmp_path, monkeypatch, best_s
     assert record["best_params"] == (best_step is not None) and record["steps"] == {"final": 4, "best": best_step}
     assert record["stability"]["nonfinite_losses"] == 1 and record["stability"]["steps_logged"] == 2
     assert json.load(open(os.path.join(cell.workdir(str(tmp_path)), "cell.json")))["name"] == "sh_full"
+
+
+def test_a_cell_records_the_code_its_process_launched_on(tmp_path, monkeypatch):
+    """A grid process keeps the code it imported: a commit made while it runs must not relabel its later cells.
+    The record names the launch version and, when the checkout moved on, the version at the cell's end as well."""
+    from mmjax import experiment
+    launch, later = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}
+    monkeypatch.setattr(experiment, "run", lambda config, workdir: None)
+    monkeypatch.setattr(experiment, "evaluate", lambda config, workdir, **kw: fake_results(400.0))
+    cell = grid.make_grid(1, ["sh_full"])[0]
+    monkeypatch.setattr(runner, "code_version", lambda: later)
+    record = runner.run_cell(cell, str(tmp_path), "smoke", launch_code=launch)
+    assert record["code"] == launch and record["code_at_end"] == later
+    assert "ran the code of aaaaaaaaaa (the grid's launch); the checkout was at bbbbbbbbbb+dirty" in record["notes"][-1]
+    record = runner.run_cell(cell, str(tmp_path / "same"), "smoke", launch_code=later)
+    assert record["code"] == later and "code_at_end" not in record and not record["notes"][1:]
+
+    versions = iter([launch, later])  # run_grid reads the version once, before its first cell
+    monkeypatch.setattr(runner, "code_version", lambda: next(versions))
+    seen = []
+    monkeypatch.setattr(runner, "run_cell", lambda cell, out, budget, clip_out="", launch_code=None: seen.append(
+        launch_code) or {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}})
+    runner.run_grid(grid.make_grid(1, ["vse", "setdiv"]), str(tmp_path / "grid"), "smoke", log=lambda s: None)
+    assert seen == [launch, launch]
 
 
 def test_an_output_directory_keeps_its_budget(tmp_path):
