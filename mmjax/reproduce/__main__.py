@@ -1,4 +1,4 @@
-"""`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N --out DIR [--cells a,b] [--report-only]
+"""`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N [--first-seed K] --out DIR [--cells a,b] [--report-only]
 [--long-out DIR_LONG] [--clip-from DIR_BASE] [--archive docs/reproduction/records] [--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
@@ -23,6 +23,8 @@ def parse_args(argv):
                    help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets; long: 5× "
                    "the default training length (use with --cells)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per cell (≥ 3 for verdicts at the default budget)")
+    p.add_argument("--first-seed", type=int, default=0, help="first seed (the grid runs seeds K … K+N−1; e.g. a "
+                   "one-seed long-budget grid on seed 2 of the default grid's CLIP)")
     p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
     p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")
     p.add_argument("--report-only", action="store_true", help="only re-render the report from finished cells")
@@ -39,11 +41,16 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        p.error(f"--first-seed must be >= 0, got {args.first_seed}")
     return args
 
 
 def command_line(args) -> str:
-    parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}", f"--out {args.out}"]
+    parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}"]
+    if args.first_seed:
+        parts.append(f"--first-seed {args.first_seed}")
+    parts.append(f"--out {args.out}")
     if args.cells:
         parts.append(f"--cells {args.cells}")
     if args.clip_from:
@@ -69,10 +76,10 @@ def main(argv=None) -> int:
     from mmjax.reproduce.longer_budget import LONG_BUDGET, load_records
     try:
         cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None,
-                          with_clip=not args.clip_from)
+                          with_clip=not args.clip_from, first_seed=args.first_seed)
         if args.clip_from and not args.report_only:
             check_clip_source(cells, args.clip_from)
-        check_budget(args.out, args.budget, args.seeds)
+        check_budget(args.out, args.budget, args.first_seed + args.seeds)  # grid.json: 1 + the largest seed
         if args.archive:
             restored = archive.restore(cells, args.out, args.archive, args.budget)
             long_seeds = archive.archived_seeds(args.archive, LONG_BUDGET) if args.long_out else 0

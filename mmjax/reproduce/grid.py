@@ -177,11 +177,15 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
     return c
 
 
-def make_grid(seeds: int, names=None, *, with_clip: bool = True) -> list[Cell]:
-    """Cells in run order: seed-major (a finished seed is a complete replicate), the CLIP before its heads (added
-    when heads are named, unless `with_clip` is False: heads on another grid's CLIP)."""
+def make_grid(seeds: int, names=None, *, with_clip: bool = True, first_seed: int = 0) -> list[Cell]:
+    """Cells of seeds first_seed, …, first_seed + seeds − 1 in run order: seed-major (a finished seed is a complete
+    replicate), the CLIP before its heads (added when heads are named, unless `with_clip` is False: heads on another
+    grid's CLIP). `first_seed` lets a one-seed grid sit on a seed other than 0 (e.g. long-budget heads on the one
+    default-budget CLIP whose export this machine still has)."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if first_seed < 0:
+        raise ValueError(f"--first-seed must be >= 0, got {first_seed}")
     names = list(names) if names else [s.name for s in SPECS]
     unknown = [n for n in names if n not in SPEC_BY_NAME]
     if unknown:
@@ -189,7 +193,7 @@ def make_grid(seeds: int, names=None, *, with_clip: bool = True) -> list[Cell]:
     if with_clip and any(SPEC_BY_NAME[n].needs_clip for n in names) and "clip" not in names:
         names.append("clip")  # the heads need their frozen base
     order = [s for s in SPECS if s.name in names]
-    return [Cell(s, k) for k in range(seeds) for s in order]
+    return [Cell(s, k) for k in range(first_seed, first_seed + seeds) for s in order]
 
 
 def budget_summary(config) -> dict:

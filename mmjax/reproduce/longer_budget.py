@@ -44,6 +44,27 @@ def load_records(out: str) -> list[dict]:
     return records
 
 
+def regenerate_commands(records: list[dict], out: str) -> list[str]:
+    """The commands that rerun the long grid in `out`: one per group of cells sharing their seeds and CLIP source
+    (e.g. retrieval cells on seed 0, heads on seed 2 of the default grid's CLIP)."""
+    from mmjax.reproduce.grid import SPECS
+    seeds: dict[str, set] = {}
+    clip: dict[str, str] = {}
+    for r in records:
+        seeds.setdefault(r["name"], set()).add(r["seed"])
+        clip[r["name"]] = r.get("clip_from") or ""
+    groups: dict[tuple, list[str]] = {}
+    for spec in SPECS:  # grid order within a command
+        if spec.name in seeds:
+            groups.setdefault((tuple(sorted(seeds[spec.name])), clip[spec.name]), []).append(spec.name)
+    commands = []
+    for (ss, clip_from), names in groups.items():
+        first = f" --first-seed {ss[0]}" if ss[0] else ""
+        commands.append(f"python -m mmjax.reproduce --budget long --seeds {ss[-1] - ss[0] + 1}{first} --cells "
+                        f"{','.join(names)} --out {out}" + (f" --clip-from {clip_from}" if clip_from else ""))
+    return commands
+
+
 def _length(detail: dict) -> str:
     return f"{detail['num_steps']} steps" if detail["num_steps"] else f"{detail['num_epochs']} epochs"
 
@@ -74,7 +95,7 @@ def section(report: dict, ms, table) -> list[str]:
                     "<names> --out DIR` and pass `--long-out DIR` — see `mmjax/reproduce/longer_budget.py`)", ""]
     L += [f"Cells rerun at the long budget ({long['factor']}× the default training length, otherwise the same "
           f"config, validation every epoch, best-on-validation parameters): `{long['out']}`. Regenerate: "
-          f"`{long['command']}`.", ""]
+          + ", then ".join(f"`{c}`" for c in long['command'].split("; ")) + ".", ""]
     default = report["cells"]
     empty = {"metrics": {"best": {}}, "n_seeds": 0, "budget_detail": None, "curve_end": {}}
 

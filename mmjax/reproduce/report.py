@@ -137,10 +137,12 @@ def claim_rows(agg: dict, budget: str) -> list[dict]:
     return rows
 
 
-def _ms(s: dict | None, digits: int = 2) -> str:
+def _ms(s: dict | None, digits: int = 2, of: int | None = None) -> str:
+    """mean ± std (mean alone for one value); "(n = k)" when only k of the cell's `of` seeds have the value."""
     if not s or s.get("mean") is None:
         return "–"
-    return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}" if s["n"] > 1 else f"{s['mean']:.{digits}f}"
+    text = f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}" if s["n"] > 1 else f"{s['mean']:.{digits}f}"
+    return text + (f" (n = {s['n']})" if of is not None and s["n"] < of else "")
 
 
 def _cell(x) -> str:
@@ -200,16 +202,21 @@ def render_markdown(report: dict) -> str:
               "pipeline, not the papers' claims.", ""]
     L += summary_section(report["claims"])
     L += ["## Grid and budget", ""]
+    with_curves = sum(bool(cur) for c in agg.values() for cur in c["curves"])
     L += ["Stability: 'largest val drop' is the largest fall of validation RSUM below its best value so far over a "
           "run (0 = the curve never falls; a collapse when hardest negatives come in would show here), mean ± std "
-          "over seeds; the curves themselves are in figures/training_curves.png.", ""]
+          "over seeds; the curves themselves are in figures/training_curves.png. "
+          + (f"{with_curves} of the {done} cell runs carry their training curves (n = k marks a cell where only k "
+             "seeds do: records made before the runner kept curves have none); 'best val RSUM' and 'notes' cover "
+             "every seed." if with_curves < done else ""), ""]
     L += _table(["cell", "group", "seeds", "steps / epochs", "batch", "data", "validation", "wall s / seed",
                  "load at end", "code", "non-finite losses", "best val RSUM", "largest val drop", "notes"],
                 [[c["label"], c["group"], c["n_seeds"], c["budget_detail"]["num_steps"] or
                   f"{c['budget_detail']['num_epochs']} ep", c["budget_detail"]["batch_size"],
                   c["budget_detail"]["preset"], c["budget_detail"]["validation"], _ms(c["wall_s"], 0),
                   _ms(c.get("load_end"), 1), ", ".join(c.get("commits") or ["–"]),
-                  c["stability"]["nonfinite_losses"], _ms(c["stability"]["best_val_rsum"]), _ms(c.get("val_drop")),
+                  c["stability"]["nonfinite_losses"], _ms(c["stability"]["best_val_rsum"]),
+                  _ms(c.get("val_drop"), of=c["n_seeds"]),
                   "; ".join(c["notes"])]
                  for c in agg.values()])
     head = ["cell", "seeds", "RSUM (best)", "RSUM (final)", "S_H exact RSUM", "top-k RSUM", "own-score RSUM",
@@ -344,10 +351,7 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
         for row in long_claims:
             by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
             by_id[row["id"]]["long"] = {k: row[k] for k in ("diff", "threshold", "n", "verdict", "length")}
-        seeds_long = max(r["seed"] for r in long_records) + 1
-        clip_from = sorted({r["clip_from"] for r in long_records if r.get("clip_from")})
-        command_long = (f"python -m mmjax.reproduce --budget long --seeds {seeds_long} --cells "
-                        f"{','.join(long_agg)} --out {long_out}" + "".join(f" --clip-from {d}" for d in clip_from))
+        command_long = "; ".join(longer_budget.regenerate_commands(long_records, long_out))
         report["long"] = {"out": long_out, "command": command_long, "factor": LONG_FACTOR, "cells": long_agg,
                           "claims": long_claims, "wall_s_total": sum(r["wall_s"]["total"] for r in long_records)}
     return report

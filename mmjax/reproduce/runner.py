@@ -35,7 +35,8 @@ def _read_json(path: str):
 
 
 def check_budget(out: str, budget: str, seeds: int) -> None:
-    """Creates `out/grid.json` or checks that `out` holds a grid of the same budget."""
+    """Creates `out/grid.json` or checks that `out` holds a grid of the same budget. Its "seeds" is 1 + the largest
+    seed any run of the directory covered (`seeds` here: first seed + number of seeds), the range a reader scans."""
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "grid.json")
     held = _read_json(path) if os.path.exists(path) else {"budget": budget, "seeds": 0}

@@ -235,6 +235,11 @@ def test_grid_order_seeds_and_clip_dependency(tmp_path):
     assert head.data.clip_workdir == os.path.abspath(cells[-2].workdir(str(tmp_path))) and head.seed == 1
     with pytest.raises(ValueError, match="unknown cell"):
         grid.make_grid(1, ["nope"])
+    later = grid.make_grid(1, ["flowclip_hnb"], with_clip=False, first_seed=2)  # one seed, not seed 0
+    assert [(c.name, c.seed) for c in later] == [("flowclip_hnb", 2)]
+    assert grid.build_config(later[0], "long", str(tmp_path)).seed == 2
+    with pytest.raises(ValueError, match="first-seed"):
+        grid.make_grid(1, first_seed=-1)
     with pytest.raises(ValueError, match="budget"):
         grid.build_config(cells[0], "huge", str(tmp_path))
 
@@ -279,7 +284,8 @@ def test_runner_waits_between_cells_while_a_pause_file_exists(tmp_path, monkeypa
         events.append(cell.name)
         return {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}}
 
-    monkeypatch.setattr(runner.time, "sleep", fake_sleep)
+    monkeypatch.setattr(runner.time, "sleep", fake_sleep)  # time.sleep itself: keep subprocess (git) out of it
+    monkeypatch.setattr(runner, "code_version", lambda: {})
     monkeypatch.setattr(runner, "run_cell", fake_run_cell)
     logged = []
     status = runner.run_grid(grid.make_grid(1, ["vse", "setdiv"]), out, "smoke", log=logged.append)
@@ -702,11 +708,22 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
     assert len(head_rows) == 1 and "| 2 epochs (3) | 1500 steps (2) | 60.0 ± 0.3 |" in head_rows[0]  # fake default: 2 epochs
     assert "| head | default (seeds) |" in section and "| RSUM default |" not in section  # no retrieval cells
     _assert_tables_are_rectangular((out / "reproduction.md").read_text())
+    # retrieval cells on seed 0 and heads on seed 2 of the default CLIP: one regenerate command per group
+    mixed = [r for r in _long_records() if r["seed"] == 0] + [dict(r, seed=2) for r in longs if r["seed"] == 0]
+    rep = report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x",
+                              long_records=mixed, long_out="DIR_LONG")
+    assert rep["long"]["command"] == (
+        "python -m mmjax.reproduce --budget long --seeds 1 --cells sh_divmmd,sc_full --out DIR_LONG; "
+        "python -m mmjax.reproduce --budget long --seeds 1 --first-seed 2 --cells globalm_hnb,flowclip_hnb "
+        "--out DIR_LONG --clip-from workdir/repro")
+    assert "`, then `" in (out / "reproduction.md").read_text().split("## Longer budget")[1]
     # the CLI refuses a --clip-from directory without the CLIP it needs, naming the file
     argv = ["--budget", "long", "--seeds", "1", "--cells", "globalm_hnb", "--out", str(tmp_path / "long"),
             "--clip-from", str(tmp_path / "nothing")]
     assert cli.main(argv) == 2
     assert "cells/clip/seed0/cell.json not found" in capsys.readouterr().err
+    assert cli.main(argv[:-2] + ["--first-seed", "2", "--clip-from", str(tmp_path / "nothing")]) == 2
+    assert "cells/clip/seed2/cell.json not found" in capsys.readouterr().err
 
 
 def test_long_out_directory_is_checked(tmp_path):
