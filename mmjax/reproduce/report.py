@@ -15,7 +15,7 @@ import shutil
 
 from mmjax.reproduce.claims import CLAIMS, SETTINGS, VERDICT_RULE, cell_values, check, spread_name, spread_text
 from mmjax.reproduce.figures import copy_heatmaps, write_figures
-from mmjax.reproduce import longer_budget, other_defaults
+from mmjax.reproduce import longer_budget, other_defaults, provenance
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
 from mmjax.reproduce.curves import END_KEYS, largest_val_drop, last_value
@@ -49,8 +49,7 @@ def aggregate(records: list[dict]) -> dict:
             "stability": {"nonfinite_losses": sum(r["stability"]["nonfinite_losses"] for r in rs),
                           "best_val_rsum": summarize([r["stability"]["best_val_rsum"] for r in rs])},
             "notes": sorted({n for r in rs for n in r.get("notes", [])}),
-            "commits": sorted({(r.get("code") or {}).get("commit", "")[:10] + ("+dirty" if (r.get("code") or {})
-                               .get("dirty") else "") for r in rs} - {""}),
+            "commits": provenance.commits_of(rs),
             "metrics": metrics,
             "heatmap": (rs[0].get("figures", {}).get("best") or {}).get("element_similarity"),
             "curves": [r.get("curves") or {} for r in rs],
@@ -188,7 +187,8 @@ def render_markdown(report: dict) -> str:
         L += [f"{report['restored']} of the {report['runs_finished']} cell runs come from the committed cell "
               f"records (`--archive`, `mmjax.reproduce.archive`): their numbers, wall time, load and code version are "
               "those of the run that made the record; the heat maps are re-drawn from the stored matrices.", ""]
-    L += [PROTOCOL_NOTE, ""]
+    code_line = provenance.sentence(report["code"], report["code"]["end_labelled"]) if report.get("code") else ""
+    L += ([code_line, ""] if code_line else []) + [PROTOCOL_NOTE, ""]
     done, expected = report["runs_finished"], report["runs_expected"]
     if done < expected:
         missing = [f"{c['label']} ({expected // len(SPECS) - c['n_seeds']})" for c in agg.values()
@@ -339,7 +339,9 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
               "runs_finished": len(records), "runs_expected": seeds * len(SPECS),
               "wall_s_total": sum(r["wall_s"]["total"] for r in records), "figures": {}, "heatmaps": {},
               "restored": sum(bool(r.get("restored_from")) for r in records),
-              "long": None, "knob_claims": other_defaults.knob_claim_rows(agg)}
+              "long": None, "knob_claims": other_defaults.knob_claim_rows(agg),
+              "code": {**provenance.compare(provenance.commits_of(records)),
+                       "end_labelled": provenance.end_labelled(records)}}
     by_id = {r["id"]: r for r in claims}
     for row in report["knob_claims"]:  # the knob's verdict joins the claim's evidence and the Summary
         by_id[row["id"]]["evidence"] += "; " + other_defaults.evidence_suffix(row)

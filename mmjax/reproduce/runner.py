@@ -157,7 +157,7 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
         **({"clip_from": clip_out} if clip_out and cell.spec.needs_clip else {}),
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
-        "code": launch_code,
+        "code": {**launch_code, "at": "launch"},  # older records lack "at": theirs is the checkout at the cell's end
         **({"code_at_end": end_code} if end_code != launch_code else {}),
         "stability": training_stability(workdir),
         "curves": training_curves(workdir),

@@ -365,10 +365,10 @@ def test_a_cell_records_the_code_its_process_launched_on(tmp_path, monkeypatch):
     cell = grid.make_grid(1, ["sh_full"])[0]
     monkeypatch.setattr(runner, "code_version", lambda: later)
     record = runner.run_cell(cell, str(tmp_path), "smoke", launch_code=launch)
-    assert record["code"] == launch and record["code_at_end"] == later
+    assert record["code"] == {**launch, "at": "launch"} and record["code_at_end"] == later
     assert "ran the code of aaaaaaaaaa (the grid's launch); the checkout was at bbbbbbbbbb+dirty" in record["notes"][-1]
     record = runner.run_cell(cell, str(tmp_path / "same"), "smoke", launch_code=later)
-    assert record["code"] == later and "code_at_end" not in record and not record["notes"][1:]
+    assert record["code"] == {**later, "at": "launch"} and "code_at_end" not in record and not record["notes"][1:]
 
     versions = iter([launch, later])  # run_grid reads the version once, before its first cell
     monkeypatch.setattr(runner, "code_version", lambda: next(versions))

@@ -1,0 +1,79 @@
+"""Which code the grid's cells ran on, and whether that code differs where it matters (docs/design.md#reproduction).
+
+A grid spread over sessions runs on several commits: each cell record names the commit its grid process was
+launched on (`runner.code_version`). Most commits between them touch only the report (`mmjax/reproduce/`), which
+cannot change a cell's numbers. `compare(commits)` asks git whether the code a cell's numbers depend on —
+`COMPUTE_PATHS`, the library and the configs, less the report package — is identical at every commit, so the report
+can say so (or name the commits that differ) instead of leaving the reader to diff them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+# What a cell's numbers depend on: the library (models, losses, training, evaluation, data) and the configs; the
+# reproduction package only schedules cells and renders records.
+COMPUTE_PATHS = ("mmjax", "configs", ":(exclude)mmjax/reproduce")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def compare(commits: list[str], root: str = ROOT) -> dict:
+    """{"commits": [oldest first], "identical": bool | None, "differ": [commits whose compute code differs from the
+    oldest],
+    "dirty": [commits marked +dirty]}. `identical` is None when git cannot answer (no checkout, an unknown commit):
+    the report then says nothing it cannot back. A '+dirty' commit ran with uncommitted edits, which no diff can
+    see: it never counts as identical."""
+    clean = sorted({c.split("+")[0] for c in commits if c})
+    dirty = sorted({c for c in commits if c.endswith("+dirty")})
+    out = {"commits": clean, "identical": None, "differ": [], "dirty": dirty}
+    if not clean:
+        return out
+
+    def _git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+
+    try:
+        if any(_git("cat-file", "-e", f"{c}^{{commit}}").returncode for c in clean):
+            return out
+        clean.sort(key=lambda c: int(_git("show", "-s", "--format=%ct", c).stdout.strip() or 0))  # oldest first
+        out["commits"] = clean
+        full = [_git("rev-parse", c).stdout.strip() for c in clean]
+        differ = [c for c, f in zip(clean[1:], full[1:])
+                  if _git("diff", "--quiet", full[0], f, "--", *COMPUTE_PATHS).returncode != 0]
+    except (OSError, subprocess.SubprocessError):
+        return out
+    out["differ"] = differ
+    out["identical"] = not differ and not dirty
+    return out
+
+
+def commits_of(records: list[dict]) -> list[str]:
+    """'<commit[:10]>[+dirty]' of every record that names its code."""
+    return sorted({(r.get("code") or {}).get("commit", "")[:10] + ("+dirty" if (r.get("code") or {}).get("dirty")
+                   else "") for r in records} - {""})
+
+
+def end_labelled(records: list[dict]) -> int:
+    """How many records name the checkout at the cell's end (written before the runner recorded the launch
+    version, `"at": "launch"`): a process keeps the code it imported, so theirs may be a later commit than it ran."""
+    return sum(bool(r.get("code")) and (r.get("code") or {}).get("at") != "launch" for r in records)
+
+
+def sentence(result: dict, n_end_labelled: int = 0) -> str:
+    """One line for the report ('' when git could not answer or there is only one clean commit)."""
+    commits, n = result["commits"], len(result["commits"])
+    if result["identical"] is None or (n < 2 and not result["dirty"]):
+        return ""
+    end = (f" {n_end_labelled} record(s) predate launch-time capture and name the checkout when the cell ended, "
+           "possibly a later commit than the process had loaded." if n_end_labelled else "")
+    paths = "`mmjax/` (less `mmjax/reproduce/`) and `configs/`"
+    parts = [f"Code: the cells ran on {n} commit(s) ({', '.join(commits)})"]
+    if result["differ"]:
+        parts.append(f"{paths} differ from the oldest, {commits[0]}, at {', '.join(result['differ'])}")
+    elif n > 1:
+        parts.append(f"{paths} are identical at all of them, so the commits differ only in the report and runner, "
+                     "not in what the cells compute")
+    if result["dirty"]:
+        parts.append(f"{', '.join(result['dirty'])} ran with uncommitted edits, which no diff can show")
+    return "; ".join(parts) + "." + end

@@ -1,0 +1,67 @@
+"""The report's code line: git decides whether the commits a grid ran on differ in what the cells compute."""
+
+import os
+import subprocess
+
+import pytest
+
+from mmjax.reproduce import provenance
+
+
+_CLOCK = [1_700_000_000]
+
+
+def _git(root, *args):
+    _CLOCK[0] += 60  # commits a minute apart: the report orders a grid's commits by commit time
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"{_CLOCK[0]} +0000", "GIT_AUTHOR_DATE": f"{_CLOCK[0]} +0000"}
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                          capture_output=True, text=True, env=env).stdout.strip()
+
+
+def _commit(root, files: dict, message: str) -> str:
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+        with open(os.path.join(root, path), "w") as f:
+            f.write(text)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", message)
+    return _git(root, "rev-parse", "HEAD")[:10]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    try:
+        _git(tmp_path, "init", "-q")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git not available")
+    base = _commit(tmp_path, {"mmjax/losses.py": "a", "mmjax/reproduce/report.py": "r", "configs/x.py": "c"}, "base")
+    report_only = _commit(tmp_path, {"mmjax/reproduce/report.py": "r2", "docs/x.md": "d"}, "report")
+    loss_change = _commit(tmp_path, {"mmjax/losses.py": "b"}, "loss")
+    config_change = _commit(tmp_path, {"configs/x.py": "c2"}, "config")
+    return str(tmp_path), base, report_only, loss_change, config_change
+
+
+def test_commits_that_differ_only_in_the_report_compute_the_same(repo):
+    root, base, report_only, loss_change, config_change = repo
+    same = provenance.compare([base, report_only], root)
+    assert same["identical"] is True and same["differ"] == []
+    assert "are identical at all of them" in provenance.sentence(same)
+    mixed = provenance.compare([base, report_only, loss_change, config_change], root)
+    assert mixed["identical"] is False and sorted(mixed["differ"]) == sorted([loss_change, config_change])
+    assert mixed["commits"][0] == base and f"differ from the oldest, {base}," in provenance.sentence(mixed)
+
+
+def test_dirty_unknown_and_end_labelled_records(repo):
+    root, base, report_only, *_ = repo
+    dirty = provenance.compare([base, report_only + "+dirty"], root)
+    assert dirty["identical"] is False and dirty["dirty"] == [report_only + "+dirty"]
+    assert "ran with uncommitted edits" in provenance.sentence(dirty)
+    unknown = provenance.compare([base, "0123456789"], root)
+    assert unknown["identical"] is None and provenance.sentence(unknown) == ""
+    assert provenance.sentence(provenance.compare([base], root)) == ""  # one clean commit: nothing to say
+    records = [{"code": {"commit": base + "0" * 30, "dirty": False, "at": "launch"}},
+               {"code": {"commit": report_only + "0" * 30, "dirty": True}}, {"code": {}}]
+    assert provenance.commits_of(records) == sorted([base, report_only + "+dirty"])
+    assert provenance.end_labelled(records) == 1
+    line = provenance.sentence(provenance.compare(provenance.commits_of(records), root), provenance.end_labelled(records))
+    assert line.endswith("possibly a later commit than the process had loaded.")
