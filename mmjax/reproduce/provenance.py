@@ -57,7 +57,8 @@ def commits_of(records: list[dict]) -> list[str]:
 def end_labelled(records: list[dict]) -> int:
     """How many records name the checkout at the cell's end (written before the runner recorded the launch
     version, `"at": "launch"`): a process keeps the code it imported, so theirs may be a later commit than it ran."""
-    return sum(bool(r.get("code")) and (r.get("code") or {}).get("at") != "launch" for r in records)
+    return sum(bool(r.get("code")) and (r.get("code") or {}).get("at") != "launch" and "code_at_end" not in r
+               for r in records)  # a record with code_at_end was written by a runner that kept the launch version
 
 
 def sentence(result: dict, n_end_labelled: int = 0) -> str:

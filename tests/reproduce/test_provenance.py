@@ -60,7 +60,8 @@ def test_dirty_unknown_and_end_labelled_records(repo):
     assert unknown["identical"] is None and provenance.sentence(unknown) == ""
     assert provenance.sentence(provenance.compare([base], root)) == ""  # one clean commit: nothing to say
     records = [{"code": {"commit": base + "0" * 30, "dirty": False, "at": "launch"}},
-               {"code": {"commit": report_only + "0" * 30, "dirty": True}}, {"code": {}}]
+               {"code": {"commit": report_only + "0" * 30, "dirty": True}}, {"code": {}},
+               {"code": {"commit": base + "0" * 30, "dirty": False}, "code_at_end": {"commit": "f" * 40}}]
     assert provenance.commits_of(records) == sorted([base, report_only + "+dirty"])
     assert provenance.end_labelled(records) == 1
     line = provenance.sentence(provenance.compare(provenance.commits_of(records), root), provenance.end_labelled(records))
