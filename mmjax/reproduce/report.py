@@ -23,6 +23,7 @@ from mmjax.reproduce.curves import END_KEYS, largest_val_drop, last_value
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
 HEAD_NEAR_BASE = 2.0   # points: a suite claim's evidence notes heads this close to the frozen CLIP they sit on
+NEAR_CHANCE = 5.0      # points: a suite claim's evidence notes when both cells are this close to chance
 SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval",
             "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Longer budget",
             "Other defaults", "Figures", "Verdict rule")
@@ -59,6 +60,51 @@ def aggregate(records: list[dict]) -> dict:
     return out
 
 
+def suite_facts(claim, agg: dict) -> dict:
+    """For a suite-accuracy claim ({} otherwise): the chance level, whether both cells are within NEAR_CHANCE points
+    of it ("at_chance"; "controls": the metric is a Shuffle/Fixed control), and whether both heads are within
+    HEAD_NEAR_BASE points of the frozen CLIP alone ("near_base", "base")."""
+    if not claim.metric.endswith(CONDITIONS) or claim.a not in agg or claim.b not in agg:
+        return {}
+    group = claim.metric.rsplit("_", 1)[0]
+    mean = lambda cell, key: ((agg.get(cell) or {}).get("metrics", {}).get("best", {}).get(key) or {}).get("mean")  # noqa: E731
+    chance = mean(claim.a, f"{group}_chance")
+    means = [mean(c, claim.metric) for c in (claim.a, claim.b)]
+    base = mean("clip", claim.metric)
+    near = lambda ref, tol: ref is not None and all(m is not None and abs(m - ref) < tol for m in means)  # noqa: E731
+    return {"chance": chance, "at_chance": near(chance, NEAR_CHANCE),
+            "controls": claim.metric.endswith(("_shuffle", "_fixed")), "base": base,
+            "near_base": near(base, HEAD_NEAR_BASE)}
+
+
+def short_why(row: dict, claim, agg: dict, by_id: dict) -> str:
+    """The Summary's 'why, in short' for a claim row (after its knob and long-budget re-checks are attached): the
+    statistical outcome, the data facts behind a miss, and what changes the verdict (another recipe, another
+    default, a longer budget). '–' for a reproduced row with nothing else to say."""
+    v, o = row["verdict"], row["ours"]
+    parts = {"not reproduced": ["within the seed spread"],
+             "reversed": ["opposite sign, beyond the seed spread"],
+             "inconclusive (1 seed)": ["one seed"], "missing": ["a cell or metric is missing"]}.get(v, [])
+    if v == "direction only":
+        parts.append(f"{abs(o['diff'] / claim.paper_delta):.0%} of the paper's size")
+    facts = suite_facts(claim, agg)
+    if v != "reproduced" and facts.get("near_base"):
+        parts.append(f"heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP")
+    if v != "reproduced" and facts.get("at_chance") and facts.get("controls"):
+        parts.append("wrong-image controls at chance before CIMR")
+    other = by_id.get(claim.see_also)
+    if v != "reproduced" and other and other["verdict"] != v and other["ours"]["diff"] is not None:
+        parts.append(f"other recipe ({other['a']} → {other['b']}): {other['verdict']}")
+    signed = lambda x: "–" if x is None else f"{x:+.2f}"  # noqa: E731
+    for k in row.get("knobs") or ():
+        if k["verdict"] != v:
+            parts.append(f"with `{k['knob']}`: Δ {signed(k['diff'])}, {k['verdict']}")
+    lr = row.get("long")
+    if lr and lr["diff"] is not None:
+        parts.append(f"{lr['length']}: Δ {lr['diff']:+.2f}, {lr['verdict']}")
+    return "; ".join(parts) or "–"
+
+
 def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     d, t = v["diff"], v["threshold"]
     paired = ", paired by seed" if v.get("paired") else ""
@@ -82,13 +128,12 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
         parts.append(f"Δ = {d:+.2f} against the paper's direction, beyond {spread_name(v)} = {t:.2f}{paired}")
     if v_final["verdict"] != v["verdict"]:
         parts.append(f"final-state parameters give '{v_final['verdict']}'")
-    if claim.metric.endswith(CONDITIONS):  # suite accuracies: is either model above chance at all?
-        group = claim.metric.rsplit("_", 1)[0]
-        chance = (agg[claim.a]["metrics"]["best"].get(f"{group}_chance") or {}).get("mean")
-        means = [(agg[c]["metrics"]["best"].get(claim.metric) or {}).get("mean") for c in (claim.a, claim.b)]
-        if chance is not None and all(m is not None and abs(m - chance) < 5.0 for m in means):
-            parts.append(f"data: both models within 5 points of chance ({chance:.0f}%) on these suites")
-            if claim.metric.endswith(("_shuffle", "_fixed")):
+    facts = suite_facts(claim, agg)
+    if facts:  # suite accuacies: is either model above chance at all, and did the heads move the frozen CLIP?
+        if facts["at_chance"]:
+            parts.append(f"data: both models within {NEAR_CHANCE:.0f} points of chance ({facts['chance']:.0f}%) on "
+                         "these suites")
+            if facts["controls"]:
                 parts.append("with the wrong image the suites are already at chance before CIMR, so there is no "
                              "image-independent preference left for it to remove")
         local = [(n, (agg[n].get("curve_end") or {}).get("mean_abs_s_local") or {}) for n in (claim.a, claim.b)]
@@ -96,10 +141,9 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
         if local:  # how much the ICER local branch adds to the score s = s_G + α s_L by the end of training
             parts.append("local-branch score at the last step: mean |s_L| " + ", ".join(
                 f"{v:.3f} ({n})" for n, v in local) + " against a global cosine score in [−1, 1]")
-        base = (agg.get("clip", {}).get("metrics", {}).get("best", {}).get(claim.metric) or {}).get("mean")
-        if base is not None and all(m is not None and abs(m - base) < HEAD_NEAR_BASE for m in means):
-            parts.append(f"both heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP alone ({base:.1f}%): "
-                         "at this budget the heads barely move its scores")
+        if facts["near_base"]:
+            parts.append(f"both heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP alone "
+                         f"({facts['base']:.1f}%): at this budget the heads barely move its scores")
     if claim.metric == "rsum":  # what the elements did: the set spread (CV) often moves against RSUM here
         cvs = [(agg[c]["metrics"]["best"].get("cv_log_image") or {}).get("mean") for c in (claim.a, claim.b)]
         if None not in cvs:
@@ -270,27 +314,20 @@ def summary_section(rows: list[dict]) -> list[str]:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, whose "
-         "evidence column says why each row came out as it did; 'ours / paper' is our Δ as a share of the paper's "
-         "(negative: the other way). Different benchmarks, so a size, not a match.", ""]
+         "evidence column gives the full account of each row; 'ours / paper' is our Δ as a share of the paper's "
+         "(negative: the other way; different benchmarks, so a size, not a match). 'Why, in short': the outcome "
+         "against the seed spread, the data facts behind a miss, and what changes the verdict — the same "
+         "comparison in the other recipe, another reading of an unstated default (Other defaults), a longer budget "
+         "(Longer budget).", ""]
     delta = lambda o: "–" if not o or o["diff"] is None else f"{o['diff']:+.2f}{spread_text(o)}"  # noqa: E731
-    long = [r for r in rows if r.get("long")]
-    knobs = [r for r in rows if r.get("knobs")]
-    head = (["claim", "a → b", "paper Δ", "ours Δ", "ours / paper", "verdict"]
-            + (["ours Δ, long budget"] if long else [])
-            + (["ours Δ, other default"] if knobs else []))
+    head = ["claim", "a → b", "paper Δ", "ours Δ", "ours / paper", "verdict", "why, in short"]
     body = []
     for r in rows:
         paper = "–" if r["paper"]["diff"] is None else f"{r['paper']['diff']:+.2f}"
         ratio = ("–" if r["paper"]["diff"] in (None, 0) or r["ours"]["diff"] is None
                  else f"{r['ours']['diff'] / r['paper']['diff']:.0%}")
-        line = [f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}", paper, delta(r["ours"]), ratio,
-                f"**{r['verdict']}**"]
-        if long:
-            lr = r.get("long")
-            line.append("–" if not lr else f"{delta(lr)}: {lr['verdict']} ({lr['length']})")
-        if knobs:
-            line.append("; ".join(f"{delta(k)}: {k['verdict']} (`{k['knob']}`)" for k in r.get("knobs") or ()) or "–")
-        body.append(line)
+        body.append([f"{r['claim']}: {r['text']}", f"{r['a']} → {r['b']}", paper, delta(r["ours"]), ratio,
+                     f"**{r['verdict']}**", r.get("why") or "–"])
     return L + _table(head, body)
 
 
@@ -356,6 +393,9 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
         command_long = "; ".join(longer_budget.regenerate_commands(long_records, long_out))
         report["long"] = {"out": long_out, "command": command_long, "factor": LONG_FACTOR, "cells": long_agg,
                           "claims": long_claims, "wall_s_total": sum(r["wall_s"]["total"] for r in long_records)}
+    by_claim = {c.id: c for c in CLAIMS}
+    for row in claims:
+        row["why"] = short_why(row, by_claim[row["id"]], agg, by_id)
     return report
 
 

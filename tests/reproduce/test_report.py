@@ -444,6 +444,10 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     assert "the same comparison in the other recipe (smooth-Chamfer's elements spread more than MIL's (ablation " \
         "recipe); mil_divmmd → sc_divmmd): Δ = +5.00, reproduced" in evidence["cv_1_recipes"]
     assert "other recipe" not in evidence["cv_1"] and "other recipe" in evidence["cv_2"]
+    why = {r["id"]: r["why"] for r in rep["claims"]}  # the Summary's short form of the same facts
+    assert why["cv_1_recipes"] == "within the seed spread; other recipe (mil_divmmd → sc_divmmd): reproduced"
+    assert why["binding_hnb"] == "within the seed spread; heads within 2 points of the frozen CLIP"
+    assert why["ablation_1"] == "–"
     # the size of our difference against the paper's, in the Summary and a reproduced row's evidence
     assert "| +1.66 | +11.00 (2·s_p 2.00) | 663% | **reproduced** |" in md
     assert evidence["ablation_1"].endswith("; 663% of the paper's +1.66")
@@ -488,7 +492,15 @@ def test_knob_cells_re_check_the_claims_they_stand_in_for(tmp_path):
     assert "| S_H, Div+MMD+GD+ISD (MaxMatch, hinge) | `loss.gd_isd_shape='hinge'` | 3 / 3 | 431.00 ± 1.00 | " \
         "437.00 ± 1.00 |" in other  # the paper inference score (top-k) of the default cell and of the knob cell
     summary = md.split("## Summary")[1].split("## Grid")[0]
-    assert "ours Δ, other default" in summary and "+12.00 (2·s_p 2.00): reproduced" in summary
+    assert "| why, in short |" in summary and "hinge" not in summary  # the knob agrees with the default here
+    # a knob or a longer budget that changes the verdict is named in the row's 'why'
+    row = {"verdict": "reversed", "ours": {"diff": -5.0},
+           "knobs": [{"knob": "k", "diff": 1.0, "verdict": "not reproduced"},
+                     {"knob": "same", "diff": -6.0, "verdict": "reversed"}],
+           "long": {"diff": -2.0, "verdict": "inconclusive (1 seed)", "length": "10 epochs"}}
+    assert report.short_why(row, claims.CLAIMS[1], {}, {}) == (
+        "opposite sign, beyond the seed spread; with `k`: Δ +1.00, not reproduced; 10 epochs: Δ -2.00, "
+        "inconclusive (1 seed)")
     _assert_tables_are_rectangular(md)
     plain = report.write_report([r for r in _records() if r["group"] != "knobs"], str(tmp_path / "plain"),
                                 budget="default", seeds=3, command="python -m x")
@@ -681,7 +693,7 @@ def test_longer_budget_section_and_claim_evidence(tmp_path):
     assert by_id["ablation_2"]["evidence"].endswith("long budget (10 epochs): Δ = +24.00 (n = 2/2), reproduced")
     assert "long budget" not in by_id["ablation_3"]["evidence"]
     summary = md.split("## Summary")[1].split("## Grid")[0]
-    assert "ours Δ, long budget" in summary and "+24.00 (2·s_p 2.83): reproduced (10 epochs)" in summary
+    assert "| **reproduced** | 10 epochs: Δ +24.00, reproduced |" in summary
     _assert_tables_are_rectangular(md)
     # Without long cells the section says how to get them.
     report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x")
