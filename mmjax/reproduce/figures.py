@@ -140,9 +140,11 @@ def training_curves(aggregate: dict, path: str) -> str | None:
     for (title, cells, key), (ax_loss, ax_val) in zip(families, axes):
         colors = plt.cm.tab20(np.linspace(0, 1, max(len(cells), 2)))
         for color, c in zip(colors, cells):
-            for i, cur in enumerate(c["curves"]):
+            drawn = [cur for cur in c["curves"] if cur]  # seeds whose records carry curves
+            for i, cur in enumerate(drawn):
                 t, v = cur.get("train") or {}, cur.get("val") or {}
-                label = c["label"] if i == 0 else None
+                label = (c["label"] + (f" ({len(drawn)} of {len(c['curves'])} seeds)" if len(drawn) < len(c["curves"])
+                                       else "")) if i == 0 else None
                 if t.get(key):
                     ax_loss.plot(t["step"], [np.nan if x is None else x for x in t[key]], color=color, lw=1,
                                  alpha=0.8, label=label)

@@ -81,3 +81,30 @@ def test_report_has_the_curve_figure_and_the_stability_column(tmp_path):
     md = (tmp_path / "reproduction.md").read_text()
     grid_table = md.split("## Grid and budget")[1].split("## MaxMatch ablation")[0]
     assert "largest val drop" in grid_table and "| 9.50 ± 0.71 |" in grid_table
+
+
+def test_cells_where_only_some_seeds_carry_curves(tmp_path, monkeypatch):
+    """Records written before the runner kept curves have none: the figure labels each cell by the seeds it draws
+    (no legend-less panel), and the stability column says how many seeds its number covers."""
+    import warnings
+    from mmjax.reproduce import figures
+    records = _report_tests._records(2)
+    for r in records:
+        if r["seed"] == 1:
+            r["curves"] = {"train": {"step": [1, 2], "loss/triplet": [0.3, 0.2], "loss/total": [2.0, 1.0]},
+                           "val": {"step": [1, 2], "val/rsum": [300.0, 296.0]}}
+    legends = []
+    save = figures._save
+
+    def keep_legend(fig, path):
+        if path.endswith("training_curves.png"):
+            legends.extend(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+        return save(fig, path)
+
+    monkeypatch.setattr(figures, "_save", keep_legend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns about a legend without labelled lines
+        report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
+    assert "S_H, Div+MMD+GD+ISD (MaxMatch) (1 of 2 seeds)" in legends
+    grid_table = (tmp_path / "reproduction.md").read_text().split("## Grid and budget")[1].split("## MaxMatch")[0]
+    assert "| 4.00 (n = 1) |" in grid_table and "carry their training curves" in grid_table
