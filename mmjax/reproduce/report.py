@@ -19,6 +19,7 @@ from mmjax.reproduce import longer_budget, other_defaults, provenance
 from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
 from mmjax.reproduce.metrics import CONDITIONS, summarize
 from mmjax.reproduce.curves import END_KEYS, largest_val_drop, last_value
+from mmjax.reproduce.runner import CODE_MOVED_NOTE
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
@@ -27,6 +28,17 @@ NEAR_CHANCE = 5.0      # points: a suite claim's evidence notes when both cells 
 SECTIONS = ("Summary", "Grid and budget", "MaxMatch ablation", "Baselines", "Single-element retrieval",
             "Circular variance", "Element-similarity heat maps", "Flow-CLIP grid", "Claims", "Longer budget",
             "Other defaults", "Figures", "Verdict rule")
+
+
+def _seed_notes(rs: list[dict]) -> list[str]:
+    """The cell's record notes, each once, with "(k of n seeds)" when not every seed has it. The code-moved note is
+    left to the report's Code line (`provenance`), which says whether the commits differ in what cells compute."""
+    counts: dict[str, int] = {}
+    for r in rs:
+        for note in dict.fromkeys(r.get("notes", [])):
+            if not note.startswith(CODE_MOVED_NOTE):
+                counts[note] = counts.get(note, 0) + 1
+    return [n if k == len(rs) else f"{n} ({k} of {len(rs)} seeds)" for n, k in sorted(counts.items())]
 
 
 def aggregate(records: list[dict]) -> dict:
@@ -49,7 +61,7 @@ def aggregate(records: list[dict]) -> dict:
             "load_end": summarize([(r.get("load_avg_end") or [None])[0] for r in rs]),
             "stability": {"nonfinite_losses": sum(r["stability"]["nonfinite_losses"] for r in rs),
                           "best_val_rsum": summarize([r["stability"]["best_val_rsum"] for r in rs])},
-            "notes": sorted({n for r in rs for n in r.get("notes", [])}),
+            "notes": _seed_notes(rs),
             "commits": provenance.commits_of(rs),
             "metrics": metrics,
             "heatmap": (rs[0].get("figures", {}).get("best") or {}).get("element_similarity"),

@@ -93,6 +93,9 @@ def code_version() -> dict:
     return {"commit": commit, "dirty": dirty}
 
 
+CODE_MOVED_NOTE = "ran the code of"   # a record's note when the checkout moved while its grid process ran
+
+
 def _short(version: dict) -> str:
     return (version.get("commit", "")[:10] or "(no git)") + ("+dirty" if version.get("dirty") else "")
 
@@ -148,7 +151,7 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
     t_eval = time.perf_counter() - t0 - t_train
     end_code = code_version()
     if end_code != launch_code:  # committed (or edited) while the process ran: the cell ran the launch version
-        notes.append(f"ran the code of {_short(launch_code)} (the grid's launch); the checkout was at "
+        notes.append(f"{CODE_MOVED_NOTE} {_short(launch_code)} (the grid's launch); the checkout was at "
                      f"{_short(end_code)} when the cell ended")
     record = {
         "name": cell.name, "group": cell.spec.group, "label": cell.spec.label, "seed": cell.seed, "budget": budget,

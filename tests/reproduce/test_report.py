@@ -763,3 +763,14 @@ def test_controls_at_chance_say_cimr_has_nothing_to_remove(tmp_path):
         assert "within 5 points of chance (40%)" in evidence[claim]
         assert "no image-independent preference left for it to remove" in evidence[claim]
     assert "no image-independent preference" not in evidence["cimr_real"]
+
+
+def test_grid_notes_say_how_many_seeds_share_them():
+    """A note only some seeds have is marked '(k of n seeds)'; the code-moved note is left to the Code line."""
+    rs = _records(3)
+    for r in rs:
+        if r["name"] == "pvse":
+            r["notes"] = ["same step"] + (["best evaluated"] if r["seed"] == 2 else []) + [
+                f"{runner.CODE_MOVED_NOTE} abc (the grid's launch); the checkout was at def when the cell ended"]
+    notes = report.aggregate(rs)["pvse"]["notes"]
+    assert notes == ["best evaluated (1 of 3 seeds)", "same step"]
