@@ -130,6 +130,9 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     elif v["verdict"] == "direction only":
         parts.append(f"Δ = {d:+.2f} has the paper's sign beyond {spread_name(v)} = {t:.2f}{paired}, but is "
                      f"{abs(d / claim.paper_delta):.1%} of the paper's {claim.paper_delta:+.2f}")
+    elif v["verdict"] == "reproduced" and claim.kind == "no_loss":  # reproduced = no fall beyond the spread
+        return (f"Δ = {d:+.2f} ≥ −{spread_name(v)} = {-t:.2f}: no loss beyond the seed spread "
+                f"(n = {v['n'][0]}/{v['n'][1]}{paired})")
     elif v["verdict"] == "reproduced":
         size = f"; {d / claim.paper_delta:.0%} of the paper's {claim.paper_delta:+.2f}" if claim.paper_delta else ""
         return f"Δ = {d:+.2f} beyond {spread_name(v)} = {t:.2f} (n = {v['n'][0]}/{v['n'][1]}{paired}){size}"

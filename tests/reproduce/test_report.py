@@ -438,6 +438,8 @@ def test_report_renders_every_section_claim_and_figure(tmp_path):
     assert "within the seed spread" in next(r["evidence"] for r in rep["claims"] if r["id"] == "cv_2")
     evidence = {r["id"]: r["evidence"] for r in rep["claims"]}
     assert "within 2 points of the frozen CLIP alone (60.0%)" in evidence["binding_hnb"]  # heads ≈ CLIP: 60 ± 0.3
+    assert "no loss beyond the seed spread (n = 3/3, paired by seed)" in evidence["cimr_real"]  # not 'beyond'
+    assert "% of the paper's" not in evidence["cimr_real"]
     assert "frozen CLIP alone" not in evidence["cimr_shuffle"]                           # CIMR cell moved by 10
     assert "no image-independent preference left" not in evidence["cimr_shuffle"]       # 55 / 45: not at chance
     # a miss cites the same comparison in the other recipe; a reproduced row does not
