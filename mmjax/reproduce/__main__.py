@@ -1,5 +1,6 @@
-"""`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N [--first-seed K] --out DIR [--cells a,b] [--report-only]
-[--long-out DIR_LONG] [--clip-from DIR_BASE] [--archive docs/reproduction/records] [--publish docs/reproduction.md]`.
+"""`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N [--first-seed K] --out DIR [--cells a,b]
+[--report-only] [--long-out DIR_LONG] [--clip-from DIR_BASE] [--archive docs/reproduction/records]
+[--publish docs/reproduction.md]`.
 
 Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository

@@ -42,7 +42,8 @@ VERDICT_RULE = (
     "A directional claim is **reproduced** when Δ has the paper's sign and |Δ| > t, **reversed** when Δ has the "
     "opposite sign and |Δ| > t, and **not reproduced** when |Δ| ≤ t (the difference does not exceed the seed "
     "spread); a difference with the paper's sign beyond t but under a tenth of the paper's own difference is "
-    "**direction only** (real here, but too small to call the paper's effect reproduced). A 'no loss' claim (the paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
+    "**direction only** (real here, but too small to call the paper's effect reproduced). A 'no loss' claim (the "
+    "paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
     "otherwise. With fewer than 2 seeds on either side the verdict is **inconclusive (1 seed)**; a cell or metric "
     "that was not produced gives **missing**. Claims marked *paired* (the Flow-CLIP heads: both cells of seed k "
     "sit on seed k's frozen CLIP) take Δ as the mean of the per-seed differences d_k = b_k − a_k and t = √2·s_d, "
@@ -135,7 +136,8 @@ CLAIMS: tuple[Claim, ...] = (
     # Flow-CLIP: the local (ICER) branch gains on binding over Global-M.
     Claim("binding_cimr", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB + CIMR heads)",
           "globalm_cimr", "flowclip_cimr", "binding_real", None, None,
-          "Flow-CLIP paper Tab. 6 (ViT-B/32, five-task binding mean)", paper_diff=2.91, setting="Flow-CLIP", paired=True),
+          "Flow-CLIP paper Tab. 6 (ViT-B/32, five-task binding mean)", paper_diff=2.91, setting="Flow-CLIP",
+          paired=True),
     Claim("binding_hnb", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB heads)", "globalm_hnb",
           "flowclip_hnb", "binding_real", None, None,
           "Flow-CLIP paper (the local branch's binding gain; no HNB-only number)", setting="Flow-CLIP", paired=True),

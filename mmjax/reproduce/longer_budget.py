@@ -133,6 +133,7 @@ def section(report: dict, ms, table) -> list[str]:
             claim_rows.append([f"{d['claim']}: {d['text']}", f"{r['a']} → {r['b']}", signed(d["paper"]["diff"]),
                                signed(d["ours"]["diff"]), d["verdict"], signed(r["diff"]), f"**{r['verdict']}**"])
         L += ["Claims whose two cells both ran at the long budget (same verdict rule):", ""]
-        L += table(["claim", "a → b", "paper Δ", "ours Δ default", "verdict default", "ours Δ long", "verdict long"],
+        L += table(["claim", "a → b", "paper Δ", "ours Δ default", "verdict default", "ours Δ long",
+                    "verdict long"],
                    claim_rows)
     return L

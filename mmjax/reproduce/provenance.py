@@ -19,11 +19,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def compare(commits: list[str], root: str = ROOT) -> dict:
-    """{"commits": [oldest first], "identical": bool | None, "differ": [commits whose compute code differs from the
-    oldest],
-    "dirty": [commits marked +dirty]}. `identical` is None when git cannot answer (no checkout, an unknown commit):
-    the report then says nothing it cannot back. A '+dirty' commit ran with uncommitted edits, which no diff can
-    see: it never counts as identical."""
+    """{"commits": [oldest first], "identical": bool | None, "differ": [commits whose `COMPUTE_PATHS` differ from
+    the oldest's], "dirty": [commits marked +dirty]}. `identical` is None when git cannot answer (no checkout, an
+    unknown commit): the report then says nothing it cannot back. A '+dirty' commit ran with uncommitted edits,
+    which no diff can see: it never counts as identical."""
     clean = sorted({c.split("+")[0] for c in commits if c})
     dirty = sorted({c for c in commits if c.endswith("+dirty")})
     out = {"commits": clean, "identical": None, "differ": [], "dirty": dirty}

@@ -79,7 +79,10 @@ def suite_facts(claim, agg: dict) -> dict:
     if not claim.metric.endswith(CONDITIONS) or claim.a not in agg or claim.b not in agg:
         return {}
     group = claim.metric.rsplit("_", 1)[0]
-    mean = lambda cell, key: ((agg.get(cell) or {}).get("metrics", {}).get("best", {}).get(key) or {}).get("mean")  # noqa: E731
+
+    def mean(cell, key):
+        return ((agg.get(cell) or {}).get("metrics", {}).get("best", {}).get(key) or {}).get("mean")
+
     chance = mean(claim.a, f"{group}_chance")
     means = [mean(c, claim.metric) for c in (claim.a, claim.b)]
     base = mean("clip", claim.metric)
@@ -144,7 +147,7 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
     if v_final["verdict"] != v["verdict"]:
         parts.append(f"final-state parameters give '{v_final['verdict']}'")
     facts = suite_facts(claim, agg)
-    if facts:  # suite accuacies: is either model above chance at all, and did the heads move the frozen CLIP?
+    if facts:  # suite accuracies: is either model above chance at all, and did the heads move the frozen CLIP?
         if facts["at_chance"]:
             parts.append(f"data: both models within {NEAR_CHANCE:.0f} points of chance ({facts['chance']:.0f}%) on "
                          "these suites")
@@ -328,7 +331,8 @@ def summary_section(rows: list[dict]) -> list[str]:
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
-    L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, whose "
+    L = ["## Summary", "", f"Verdicts: {tally} (of {len(rows)} claim rows). Δ = b − a as in the Claims section, "
+         "whose "
          "evidence column gives the full account of each row; 'ours / paper' is our Δ as a share of the paper's "
          "(negative: the other way; different benchmarks, so a size, not a match). 'Why, in short': the outcome "
          "against the seed spread, the data facts behind a miss, and what changes the verdict — the same "

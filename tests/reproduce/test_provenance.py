@@ -64,5 +64,6 @@ def test_dirty_unknown_and_end_labelled_records(repo):
                {"code": {"commit": base + "0" * 30, "dirty": False}, "code_at_end": {"commit": "f" * 40}}]
     assert provenance.commits_of(records) == sorted([base, report_only + "+dirty"])
     assert provenance.end_labelled(records) == 1
-    line = provenance.sentence(provenance.compare(provenance.commits_of(records), root), provenance.end_labelled(records))
+    line = provenance.sentence(provenance.compare(provenance.commits_of(records), root),
+                               provenance.end_labelled(records))
     assert line.endswith("possibly a later commit than the process had loaded.")

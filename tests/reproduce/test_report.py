@@ -719,7 +719,8 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
     assert [r["id"] for r in rep["long"]["claims"]] == ["binding_hnb"]
     section = (out / "reproduction.md").read_text().split("## Longer budget")[1].split("## Other defaults")[0]
     head_rows = [line for line in section.splitlines() if line.startswith("| Flow-CLIP, HNB |")]
-    assert len(head_rows) == 1 and "| 2 epochs (3) | 1500 steps (2) | 60.0 ± 0.3 |" in head_rows[0]  # fake default: 2 epochs
+    # the fake default cells say 2 epochs
+    assert len(head_rows) == 1 and "| 2 epochs (3) | 1500 steps (2) | 60.0 ± 0.3 |" in head_rows[0]
     assert "| head | default (seeds) |" in section and "| RSUM default |" not in section  # no retrieval cells
     _assert_tables_are_rectangular((out / "reproduction.md").read_text())
     # retrieval cells on seed 0 and heads on seed 2 of the default CLIP: one regenerate command per group
