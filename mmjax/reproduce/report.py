@@ -155,10 +155,12 @@ def _evidence(claim, v: dict, v_final: dict, agg: dict, budget: str) -> str:
                 parts.append("with the wrong image the suites are already at chance before CIMR, so there is no "
                              "image-independent preference left for it to remove")
         local = [(n, (agg[n].get("curve_end") or {}).get("mean_abs_s_local") or {}) for n in (claim.a, claim.b)]
-        local = [(n, s["mean"]) for n, s in local if s.get("mean") is not None and s["mean"] > 0]
+        local = [(n, s) for n, s in local if s.get("mean") is not None and s["mean"] > 0]
         if local:  # how much the ICER local branch adds to the score s = s_G + α s_L by the end of training
+            def which(n, s):  # the cell, and how many of its seeds carry curves when not all do
+                return n if s["n"] == agg[n]["n_seeds"] else f"{n}, {s['n']} of {agg[n]['n_seeds']} seeds"
             parts.append("local-branch score at the last step: mean |s_L| " + ", ".join(
-                f"{v:.3f} ({n})" for n, v in local) + " against a global cosine score in [−1, 1]")
+                f"{s['mean']:.3f} ({which(n, s)})" for n, s in local) + " against a global cosine score in [−1, 1]")
         if facts["near_base"]:
             parts.append(f"both heads within {HEAD_NEAR_BASE:.0f} points of the frozen CLIP alone "
                          f"({facts['base']:.1f}%): at this budget the heads barely move its scores")

@@ -93,6 +93,8 @@ def test_cells_where_only_some_seeds_carry_curves(tmp_path, monkeypatch):
         if r["seed"] == 1:
             r["curves"] = {"train": {"step": [1, 2], "loss/triplet": [0.3, 0.2], "loss/total": [2.0, 1.0]},
                            "val": {"step": [1, 2], "val/rsum": [300.0, 296.0]}}
+            if r["name"] == "flowclip_hnb":
+                r["curves"]["train"]["mean_abs_s_local"] = [0.01, 0.02]
     legends = []
     save = figures._save
 
@@ -104,7 +106,9 @@ def test_cells_where_only_some_seeds_carry_curves(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "_save", keep_legend)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib warns about a legend without labelled lines
-        report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
+        rep = report.write_report(records, str(tmp_path), budget="default", seeds=2, command="python -m x")
     assert "S_H, Div+MMD+GD+ISD (MaxMatch) (1 of 2 seeds)" in legends
+    evidence = next(r["evidence"] for r in rep["claims"] if r["id"] == "binding_hnb")
+    assert "mean |s_L| 0.020 (flowclip_hnb, 1 of 2 seeds)" in evidence
     grid_table = (tmp_path / "reproduction.md").read_text().split("## Grid and budget")[1].split("## MaxMatch")[0]
     assert "| 4.00 (n = 1) |" in grid_table and "carry their training curves" in grid_table
