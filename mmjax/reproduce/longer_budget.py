@@ -81,9 +81,19 @@ def long_claim_rows(long_agg: dict) -> list[dict]:
     return rows
 
 
+def long_knob_rows(long_agg: dict) -> list[dict]:
+    """Knob re-checks (`mmjax.reproduce.other_defaults`) whose two cells both ran at the long budget: whether another
+    reading of an unstated default changes the verdict once the budget is no longer the limit."""
+    from mmjax.reproduce.other_defaults import knob_claim_rows
+    return [{**r, "length": _length(long_agg[r["b"]]["budget_detail"])} for r in knob_claim_rows(long_agg)
+            if r["a"] in long_agg and r["b"] in long_agg]
+
+
 def evidence_suffix(row: dict) -> str:
-    """The sentence a default-budget claim row's evidence ends with when its cells also ran at the long budget."""
-    return outcome_phrase(f"long budget ({row['length']})", row)
+    """The sentence a default-budget claim row's evidence ends with when its cells (or, for a knob row, the knob's
+    cells) also ran at the long budget."""
+    knob = f" with {row['knob']} ({row['a']} → {row['b']})" if row.get("knob") else ""
+    return outcome_phrase(f"long budget ({row['length']}){knob}", row)
 
 
 def section(report: dict, ms, table) -> list[str]:
@@ -136,4 +146,17 @@ def section(report: dict, ms, table) -> list[str]:
         L += table(["claim", "a → b", "paper Δ", "ours Δ default", "verdict default", "ours Δ long",
                     "verdict long"],
                    claim_rows)
+    if long.get("knob_claims"):
+        by_id = {r["id"]: r for r in report["claims"]}
+        signed = lambda x: "–" if x is None else f"{x:+.2f}"  # noqa: E731
+        default_knob = {(r["id"], r["knob"]): r for r in report.get("knob_claims") or ()}
+        rows = []
+        for r in long["knob_claims"]:
+            d, dk = by_id[r["id"]], default_knob.get((r["id"], r["knob"])) or {}
+            rows.append([f"{d['claim']}: {d['text']}", f"`{r['knob']}`", f"{r['a']} → {r['b']}",
+                         signed(d["paper"]["diff"]), signed(dk.get("diff")), dk.get("verdict", "–"),
+                         signed(r["diff"]), f"**{r['verdict']}**"])
+        L += ["Claims re-checked with a knob cell at the long budget (Other defaults, same verdict rule):", ""]
+        L += table(["claim", "knob", "long cells", "paper Δ", "ours Δ knob, default budget", "verdict",
+                    "ours Δ knob, long", "verdict long"], rows)
     return L

@@ -117,6 +117,8 @@ def short_why(row: dict, claim, agg: dict, by_id: dict) -> str:
     lr = row.get("long")
     if lr and lr["diff"] is not None:
         parts.append(f"{lr['length']}: Δ {lr['diff']:+.2f}, {lr['verdict']}")
+    for k in row.get("long_knobs") or ():
+        parts.append(f"{k['length']} with `{k['knob']}`: Δ {signed(k['diff'])}, {k['verdict']}")
     return "; ".join(parts) or "–"
 
 
@@ -411,9 +413,15 @@ def build_report(records: list[dict], *, budget: str, seeds: int, command: str, 
         for row in long_claims:
             by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
             by_id[row["id"]]["long"] = {k: row[k] for k in ("diff", "threshold", "n", "verdict", "length")}
+        long_knobs = longer_budget.long_knob_rows(long_agg)
+        for row in long_knobs:
+            by_id[row["id"]]["evidence"] += "; " + longer_budget.evidence_suffix(row)
+            by_id[row["id"]].setdefault("long_knobs", []).append(
+                {k: row[k] for k in ("knob", "a", "b", "diff", "threshold", "n", "verdict", "length")})
         command_long = "; ".join(longer_budget.regenerate_commands(long_records, long_out))
         report["long"] = {"out": long_out, "command": command_long, "factor": LONG_FACTOR, "cells": long_agg,
-                          "claims": long_claims, "wall_s_total": sum(r["wall_s"]["total"] for r in long_records)}
+                          "claims": long_claims, "knob_claims": long_knobs,
+                          "wall_s_total": sum(r["wall_s"]["total"] for r in long_records)}
     by_claim = {c.id: c for c in CLAIMS}
     for row in claims:
         row["why"] = short_why(row, by_claim[row["id"]], agg, by_id)

@@ -702,6 +702,33 @@ def test_longer_budget_section_and_claim_evidence(tmp_path):
     assert "--long-out DIR" in (out / "reproduction.md").read_text().split("## Longer budget")[1]
 
 
+def test_a_knob_cell_at_the_long_budget_re_checks_its_claim(tmp_path):
+    """sc_full_hinge at the long budget beside sh_divmmd and sc_full: the decisive row is re-checked with the knob
+    there too (its own table, the claim's evidence and the Summary's 'why'); rows whose other cell did not run long
+    are left out."""
+    longs = _long_records()
+    for seed in range(2):
+        r = _record("sc_full_hinge", seed, 430.0 + 2 * seed)
+        r["budget"], r["budget_detail"] = "long", {**r["budget_detail"], "num_epochs": 10}
+        longs.append(r)
+    out = tmp_path / "default"
+    out.mkdir()
+    rep = report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x",
+                              long_records=longs, long_out="DIR_LONG")
+    knob_rows = rep["long"]["knob_claims"]
+    assert [(r["id"], r["a"], r["b"]) for r in knob_rows] == [("ablation_2", "sh_divmmd", "sc_full_hinge")]
+    assert knob_rows[0]["diff"] == pytest.approx(29.0) and knob_rows[0]["verdict"] == "reproduced"  # 431 → 430
+    claim = next(r for r in rep["claims"] if r["id"] == "ablation_2")
+    assert claim["evidence"].endswith("long budget (10 epochs) with loss.gd_isd_shape='hinge' (sh_divmmd → "
+                                      "sc_full_hinge): Δ = +29.00 (n = 2/2), reproduced")
+    assert "10 epochs with `loss.gd_isd_shape='hinge'`: Δ +29.00, reproduced" in claim["why"]
+    md = (out / "reproduction.md").read_text()
+    section = md.split("## Longer budget")[1].split("## Other defaults")[0]
+    assert "Claims re-checked with a knob cell at the long budget" in section
+    assert "| `loss.gd_isd_shape='hinge'` | sh_divmmd → sc_full_hinge | +2.87 |" in section
+    _assert_tables_are_rectangular(md)
+
+
 def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_path, capsys):
     from mmjax.reproduce import __main__ as cli
     longs = []
