@@ -113,6 +113,10 @@ def section(report: dict, ms, table) -> list[str]:
         return [(_length(d["budget_detail"]) if d["budget_detail"] else "–") + f" ({d['n_seeds']})",
                 f"{_length(c['budget_detail'])} ({c['n_seeds']})"]
 
+    def local_size(cell):  # Global-M logs |s_L| = 0 because it has no local branch: say so, not "0.000"
+        s = (cell.get("curve_end") or {}).get("mean_abs_s_local")
+        return "none" if s and s.get("mean") == 0 else ms(s, 3)
+
     rows, head_rows = [], []
     for name, c in long["cells"].items():
         d = default.get(name) or empty
@@ -120,8 +124,7 @@ def section(report: dict, ms, table) -> list[str]:
         if c["group"] == "flowclip":  # heads: the suite numbers their claims compare, and the local branch's size
             head_rows.append([c["label"], *lengths(d, c), ms(db.get("binding_real"), 1), ms(lb.get("binding_real"), 1),
                               " / ".join(ms(lb.get(f"aro_{k}"), 1) for k in ("real", "shuffle", "fixed")),
-                              ms((d.get("curve_end") or {}).get("mean_abs_s_local"), 3),
-                              ms((c.get("curve_end") or {}).get("mean_abs_s_local"), 3), ms(lb.get("rsum")),
+                              local_size(d), local_size(c), ms(lb.get("rsum")),
                               ms(c["wall_s"], 0)])
             continue
         rows.append([c["label"], *lengths(d, c), ms(db.get("rsum")), ms(lb.get("rsum")),
@@ -131,6 +134,8 @@ def section(report: dict, ms, table) -> list[str]:
         L += table(["cell", "default (seeds)", "long (seeds)", "RSUM default", "RSUM long (best)", "RSUM long (final)",
                     "ln CV default", "ln CV long", "best val RSUM (long)", "wall s / seed (long)"], rows)
     if head_rows:
+        L += ["mean |s_L|: the ICER local branch's score at the last logged step (seeds with curves); 'none' for the "
+              "Global-M heads, which have no local branch.", ""]
         L += table(["head", "default (seeds)", "long (seeds)", "binding Real default", "binding Real long",
                     "ARO Real / Shuffle / Fixed long", "mean |s_L| default", "mean |s_L| long", "RSUM long",
                     "wall s / seed (long)"], head_rows)

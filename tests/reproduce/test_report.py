@@ -737,6 +737,8 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
             r = _record(name, seed, RSUM[name] + seed)
             r.update(budget="long", clip_from="workdir/repro", budget_detail={
                 **r["budget_detail"], "num_epochs": 0, "num_steps": 1500})
+            # Global-M logs |s_L| = 0: it has no local branch, and the table must say so rather than print 0.000
+            r["curves"] = {"train": {"step": [1500], "mean_abs_s_local": [0.0 if name == "globalm_hnb" else 0.03]}}
             longs.append(r)
     out = tmp_path / "default"
     out.mkdir()
@@ -748,6 +750,9 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
     head_rows = [line for line in section.splitlines() if line.startswith("| Flow-CLIP, HNB |")]
     # the fake default cells say 2 epochs
     assert len(head_rows) == 1 and "| 2 epochs (3) | 1500 steps (2) | 60.0 ± 0.3 |" in head_rows[0]
+    assert "| – | 0.030 ± 0.000 |" in head_rows[0]  # no curves in the fake default cells
+    globalm_rows = [line for line in section.splitlines() if line.startswith("| Global-M, HNB |")]
+    assert len(globalm_rows) == 1 and "| – | none |" in globalm_rows[0] and "no local branch" in section
     assert "| head | default (seeds) |" in section and "| RSUM default |" not in section  # no retrieval cells
     _assert_tables_are_rectangular((out / "reproduction.md").read_text())
     # retrieval cells on seed 0 and heads on seed 2 of the default CLIP: one regenerate command per group
