@@ -117,6 +117,10 @@ def section(report: dict, ms, table) -> list[str]:
         s = (cell.get("curve_end") or {}).get("mean_abs_s_local")
         return "none" if s and s.get("mean") == 0 else ms(s, 3)
 
+    def wall(cell):  # a resumed run timed only the steps after its checkpoint (runner note): say so beside the time
+        resumed = any(n.startswith("resumed from step") for n in cell.get("notes", []))
+        return ms(cell["wall_s"], 0) + (" (resumed)" if resumed else "")
+
     rows, head_rows = [], []
     for name, c in long["cells"].items():
         d = default.get(name) or empty
@@ -125,17 +129,18 @@ def section(report: dict, ms, table) -> list[str]:
             head_rows.append([c["label"], *lengths(d, c), ms(db.get("binding_real"), 1), ms(lb.get("binding_real"), 1),
                               " / ".join(ms(lb.get(f"aro_{k}"), 1) for k in ("real", "shuffle", "fixed")),
                               local_size(d), local_size(c), ms(lb.get("rsum")),
-                              ms(c["wall_s"], 0)])
+                              wall(c)])
             continue
         rows.append([c["label"], *lengths(d, c), ms(db.get("rsum")), ms(lb.get("rsum")),
                      ms(lf.get("rsum")), ms(db.get("cv_log_image"), 3), ms(lb.get("cv_log_image"), 3),
-                     ms(c["stability"]["best_val_rsum"]), ms(c["wall_s"], 0)])
+                     ms(c["stability"]["best_val_rsum"]), wall(c)])
     if rows:
         L += table(["cell", "default (seeds)", "long (seeds)", "RSUM default", "RSUM long (best)", "RSUM long (final)",
                     "ln CV default", "ln CV long", "best val RSUM (long)", "wall s / seed (long)"], rows)
     if head_rows:
         L += ["mean |s_L|: the ICER local branch's score at the last logged step (seeds with curves); 'none' for the "
-              "Global-M heads, which have no local branch.", ""]
+              "Global-M heads, which have no local branch. A wall time marked (resumed) is that of a run interrupted "
+              "and resumed from its last checkpoint: it covers only the steps after the checkpoint.", ""]
         L += table(["head", "default (seeds)", "long (seeds)", "binding Real default", "binding Real long",
                     "ARO Real / Shuffle / Fixed long", "mean |s_L| default", "mean |s_L| long", "RSUM long",
                     "wall s / seed (long)"], head_rows)

@@ -244,8 +244,9 @@ def _own(name: str) -> str:
 def render_markdown(report: dict) -> str:
     agg, budget = report["cells"], report["budget"]
     L = [f"# Reproduction report ({budget} budget)", "",
-         f"Regenerate: `{report['command']}` (finished cells are skipped; delete `cells/<name>/seed<k>/cell.json`, and "
-         f"its archived `<budget>/<name>/seed<k>.json` with `--archive`, to redo one). Total cell wall time: "
+         f"Regenerate: `{report['command']}` (finished cells are skipped, an interrupted one resumes from its last "
+         f"checkpoint; to retrain one, delete its directory `cells/<name>/seed<k>/` and, with `--archive`, its record "
+         f"`<budget>/<name>/seed<k>.json`). Total cell wall time: "
          f"{report['wall_s_total']:.0f} s ({report['wall_s_total'] / 3600:.1f} h) "
          f"on {report['machine']}; the grid table gives each cell's 1-minute load average when it finished "
          "(– where the cell predates that record).", ""]

@@ -134,13 +134,16 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
     if cell.spec.needs_clip:  # the shared feature cache is written by the first head that needs it
         os.makedirs(config.data.cache_dir, exist_ok=True)
     t0 = time.perf_counter()
-    experiment.run(config, workdir)
+    start_step = experiment.run(config, workdir)["start_step"]
     t_train = time.perf_counter() - t0
     similarity = cell.spec.similarity
     evaluated = {"final": _evaluate(config, workdir, "final")}
     final_info, best_info = _export_info(workdir, "export"), _export_info(workdir, "export_best")
     steps = {"final": (final_info or {}).get("step"), "best": (best_info or {}).get("step")}
     notes = [f"frozen CLIP of {clip_out} (--clip-from)"] if clip_out and cell.spec.needs_clip else []
+    if start_step:  # an interrupted cell resumed: this process timed only the steps after the checkpoint
+        notes.append(f"resumed from step {start_step}: the training wall time counts only steps {start_step}–"
+                     f"{steps['final']}")
     if best_info is None:
         notes.append("no best-on-validation export: the best columns show the final parameters")
     elif steps["best"] is not None and steps["best"] == steps["final"]:

@@ -112,7 +112,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     check_resume(saved config, current config) (dicts): called before resuming from a checkpoint that recorded
       its config; raises to refuse the resume (the experiment passes `mmjax.config_validation.check_resume`).
     The config is expected to be validated by the caller (`mmjax.config_validation.validate`).
-    Returns {"final_val": metrics, "best_rsum": float, "state": TrainState}.
+    Returns {"final_val": metrics, "best_rsum": float, "state": TrainState, "start_step": the step this call
+    started from (0, or the resumed checkpoint's)}.
     """
     if config.get("distributed") and config.distributed.get("coordinator"):
         jax.config.update("jax_cpu_collectives_implementation", config.distributed.get("cpu_collectives", "gloo"))
@@ -262,4 +263,4 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     if is_lead:
         with open(os.path.join(workdir, "train_summary.json"), "w") as f:
             json.dump({"final_val": val_metrics, "best_rsum": best_rsum, "steps": total_steps}, f, indent=2)
-    return {"final_val": val_metrics, "best_rsum": best_rsum, "state": state}
+    return {"final_val": val_metrics, "best_rsum": best_rsum, "state": state, "start_step": start_step}

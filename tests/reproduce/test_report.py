@@ -315,7 +315,8 @@ def test_heads_on_another_grids_clip(tmp_path, monkeypatch):
     assert config.train.num_steps == 300 * grid.LONG_FACTOR
 
     seen = {}
-    monkeypatch.setattr(experiment, "run", lambda config, workdir: seen.setdefault("clip", config.data.clip_workdir))
+    monkeypatch.setattr(experiment, "run", lambda config, workdir: {
+        "start_step": 0, "clip": seen.setdefault("clip", config.data.clip_workdir)})
     monkeypatch.setattr(experiment, "evaluate", lambda config, workdir, **kw: {
         "retrieval": {"global_m": _retrieval(100.0)}})
     record = runner.run_cell(cells[0], out, "long", clip_out=base)
@@ -338,6 +339,7 @@ def test_run_cell_evaluates_best_and_final_exports(tmp_path, monkeypatch, best_s
         rows = [{"step": 2, "loss/total": 1.5}, {"step": 4, "loss/total": float("nan")}, {"step": 4, "val/rsum": 3}]
         with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
+        return {"start_step": 0}
 
     def fake_evaluate(config, workdir, *, params, out_dir, verbose):
         evaluated.append(params)
@@ -360,7 +362,7 @@ def test_a_cell_records_the_code_its_process_launched_on(tmp_path, monkeypatch):
     The record names the launch version and, when the checkout moved on, the version at the cell's end as well."""
     from mmjax import experiment
     launch, later = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}
-    monkeypatch.setattr(experiment, "run", lambda config, workdir: None)
+    monkeypatch.setattr(experiment, "run", lambda config, workdir: {"start_step": 0})
     monkeypatch.setattr(experiment, "evaluate", lambda config, workdir, **kw: fake_results(400.0))
     cell = grid.make_grid(1, ["sh_full"])[0]
     monkeypatch.setattr(runner, "code_version", lambda: later)
@@ -369,6 +371,11 @@ def test_a_cell_records_the_code_its_process_launched_on(tmp_path, monkeypatch):
     assert "ran the code of aaaaaaaaaa (the grid's launch); the checkout was at bbbbbbbbbb+dirty" in record["notes"][-1]
     record = runner.run_cell(cell, str(tmp_path / "same"), "smoke", launch_code=later)
     assert record["code"] == {**later, "at": "launch"} and "code_at_end" not in record and not record["notes"][1:]
+
+    # A cell that resumed from a checkpoint says its training wall time covers only the steps after it.
+    monkeypatch.setattr(experiment, "run", lambda config, workdir: {"start_step": 2})
+    record = runner.run_cell(cell, str(tmp_path / "resumed"), "smoke", launch_code=later)
+    assert "resumed from step 2: the training wall time counts only steps 2–" in " ".join(record["notes"])
 
     versions = iter([launch, later])  # run_grid reads the version once, before its first cell
     monkeypatch.setattr(runner, "code_version", lambda: next(versions))
@@ -739,6 +746,8 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
                 **r["budget_detail"], "num_epochs": 0, "num_steps": 1500})
             # Global-M logs |s_L| = 0: it has no local branch, and the table must say so rather than print 0.000
             r["curves"] = {"train": {"step": [1500], "mean_abs_s_local": [0.0 if name == "globalm_hnb" else 0.03]}}
+            if name == "flowclip_hnb" and seed == 1:  # an interrupted run times only the steps after its checkpoint
+                r["notes"] = ["resumed from step 600: the training wall time counts only steps 600–1500"]
             longs.append(r)
     out = tmp_path / "default"
     out.mkdir()
@@ -751,8 +760,10 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
     # the fake default cells say 2 epochs
     assert len(head_rows) == 1 and "| 2 epochs (3) | 1500 steps (2) | 60.0 ± 0.3 |" in head_rows[0]
     assert "| – | 0.030 ± 0.000 |" in head_rows[0]  # no curves in the fake default cells
+    assert head_rows[0].endswith(" (resumed) |")
     globalm_rows = [line for line in section.splitlines() if line.startswith("| Global-M, HNB |")]
     assert len(globalm_rows) == 1 and "| – | none |" in globalm_rows[0] and "no local branch" in section
+    assert "(resumed)" not in globalm_rows[0]
     assert "| head | default (seeds) |" in section and "| RSUM default |" not in section  # no retrieval cells
     _assert_tables_are_rectangular((out / "reproduction.md").read_text())
     # retrieval cells on seed 0 and heads on seed 2 of the default CLIP: one regenerate command per group
