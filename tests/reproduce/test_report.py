@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from mmjax.reproduce import claims, grid, metrics, report, runner
+from mmjax.reproduce import claims, grid, metrics, report, runner, summary
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -500,14 +500,14 @@ def test_knob_cells_re_check_the_claims_they_stand_in_for(tmp_path):
     other = md.split("## Other defaults")[1].split("## Figures")[0]
     assert "| S_H, Div+MMD+GD+ISD (MaxMatch, hinge) | `loss.gd_isd_shape='hinge'` | 3 / 3 | 431.00 ± 1.00 | " \
         "437.00 ± 1.00 |" in other  # the paper inference score (top-k) of the default cell and of the knob cell
-    summary = md.split("## Summary")[1].split("## Grid")[0]
-    assert "| why, in short |" in summary and "hinge" not in summary  # the knob agrees with the default here
+    summary_md = md.split("## Summary")[1].split("## Grid")[0]
+    assert "| why, in short |" in summary_md and "hinge" not in summary_md  # the knob agrees with the default here
     # a knob or a longer budget that changes the verdict is named in the row's 'why'
     row = {"verdict": "reversed", "ours": {"diff": -5.0},
            "knobs": [{"knob": "k", "diff": 1.0, "verdict": "not reproduced"},
                      {"knob": "same", "diff": -6.0, "verdict": "reversed"}],
            "long": {"diff": -2.0, "verdict": "inconclusive (1 seed)", "length": "10 epochs"}}
-    assert report.short_why(row, claims.CLAIMS[1], {}, {}) == (
+    assert summary.short_why(row, claims.CLAIMS[1], {}, {}) == (
         "opposite sign, beyond the seed spread; with `k`: Δ +1.00, not reproduced; 10 epochs: Δ -2.00, "
         "inconclusive (1 seed)")
     _assert_tables_are_rectangular(md)
@@ -701,8 +701,8 @@ def test_longer_budget_section_and_claim_evidence(tmp_path):
     by_id = {r["id"]: r for r in rep["claims"]}
     assert by_id["ablation_2"]["evidence"].endswith("long budget (10 epochs): Δ = +24.00 (n = 2/2), reproduced")
     assert "long budget" not in by_id["ablation_3"]["evidence"]
-    summary = md.split("## Summary")[1].split("## Grid")[0]
-    assert "| **reproduced** | 10 epochs: Δ +24.00, reproduced |" in summary
+    summary_md = md.split("## Summary")[1].split("## Grid")[0]
+    assert "| **reproduced** | 10 epochs: Δ +24.00, reproduced |" in summary_md
     _assert_tables_are_rectangular(md)
     # Without long cells the section says how to get them.
     report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x")
