@@ -55,7 +55,8 @@ def main(argv):
             print(f"[kill_worker] SIGKILL at ({ev}, {st})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    run(flags.FLAGS.config, workdir, hooks=[kill])
+    result = run(flags.FLAGS.config, workdir, hooks=[kill])
+    print(f"[kill_worker] finished; this run started at step {result['start_step']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 
 import numpy as np
@@ -37,6 +38,7 @@ def cache_env(tmp_path_factory):
 def reference(tmp_path_factory, cache_env):
     workdir = str(tmp_path_factory.mktemp("uninterrupted"))
     proc = run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, *COMMON), env_extra=cache_env)
+    assert "this run started at step 0" in proc.stdout  # the trainer reports where it started (0: a fresh run)
     return workdir, kill_events(proc.stdout)
 
 
@@ -92,7 +94,9 @@ def test_kills_at_any_point_then_restart_is_bitwise_identical(tmp_path, referenc
         proc = run_python(kill_worker_cmd(CONFIG, workdir, event, step, *COMMON), env_extra=cache_env, check=False)
         assert proc.returncode == -signal.SIGKILL, (event, step, proc.returncode, proc.stderr[-3000:])
         assert f"SIGKILL at ({event.split('_')[0]}, {step})" in proc.stdout, (event, step)
-    run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, *COMMON), env_extra=cache_env)
+    proc = run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, *COMMON), env_extra=cache_env)
+    resumed_at = re.search(r"resumed from step (\d+)", proc.stdout)
+    assert resumed_at and f"this run started at step {resumed_at.group(1)}" in proc.stdout, proc.stdout[-2000:]
 
     reference_params, resumed = exported_leaves(ref_dir), exported_leaves(workdir)
     assert sorted(resumed) == sorted(reference_params)
@@ -110,6 +114,6 @@ def test_kills_at_any_point_then_restart_is_bitwise_identical(tmp_path, referenc
     # ... a changed operational field is not (and the run's results stay as they were).
     proc = run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, *COMMON, "--config.train.log_every=3"),
                       env_extra=cache_env)
-    assert "resumed from step 12" in proc.stdout
+    assert "resumed from step 12" in proc.stdout and "this run started at step 12" in proc.stdout
     for key, value in exported_leaves(workdir).items():
         np.testing.assert_array_equal(value, reference_params[key], err_msg=key)
