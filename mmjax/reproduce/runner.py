@@ -66,12 +66,13 @@ def training_stability(workdir: str) -> dict:
 
 def read_record(workdir: str) -> dict | None:
     """The cell's `cell.json`, or None when it has not finished. A record written before records carried training
-    curves gets them from the cell's metrics.jsonl when that is still there."""
+    curves gets them from the cell's metrics.jsonl when that is still there — unless the record was restored from
+    the archive: then a metrics.jsonl beside it is another run's (a rerun in the same directory), not its own."""
     path = os.path.join(workdir, "cell.json")
     if not os.path.exists(path):
         return None
     record = _read_json(path)
-    if "curves" not in record:
+    if "curves" not in record and not record.get("restored_from"):
         curves = training_curves(workdir)
         if curves:
             record["curves"] = curves

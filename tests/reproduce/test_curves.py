@@ -60,6 +60,11 @@ def test_records_without_curves_get_them_from_the_cell_directory(tmp_path):
     archive.save([cell], out, store, "default")
     saved = json.load(open(archive.record_path(store, "default", "vse", 0)))
     assert saved["curves"]["train"]["step"] == [2, 4, 6]
+    # A record restored from the archive into a directory where another run left its metrics.jsonl (a CLIP
+    # retrained for its export) keeps the curves it has, and none from that other run.
+    record["restored_from"] = "records/default/vse/seed0.json"
+    runner._write_json(os.path.join(workdir, "cell.json"), record)
+    assert "curves" not in runner.load_cell(cell, out)
 
 
 def test_report_has_the_curve_figure_and_the_stability_column(tmp_path):
