@@ -17,6 +17,7 @@ import json
 import os
 
 from mmjax.reproduce.claims import CLAIMS, check, outcome_phrase
+from mmjax.reproduce.runner import RESUMED_NOTE
 
 LONG_BUDGET = "long"
 
@@ -118,7 +119,7 @@ def section(report: dict, ms, table) -> list[str]:
         return "none" if s and s.get("mean") == 0 else ms(s, 3)
 
     def wall(cell):  # a resumed run timed only the steps after its checkpoint (runner note): say so beside the time
-        resumed = any(n.startswith("resumed from step") for n in cell.get("notes", []))
+        resumed = any(n.startswith(RESUMED_NOTE) for n in cell.get("notes", []))
         return ms(cell["wall_s"], 0) + (" (resumed)" if resumed else "")
 
     rows, head_rows = [], []

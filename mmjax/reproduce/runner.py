@@ -95,6 +95,7 @@ def code_version() -> dict:
 
 
 CODE_MOVED_NOTE = "ran the code of"   # a record's note when the checkout moved while its grid process ran
+RESUMED_NOTE = "resumed from step"    # a record's note when its cell resumed from a checkpoint (wall time: the rest)
 
 
 def _short(version: dict) -> str:
@@ -143,7 +144,7 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
     steps = {"final": (final_info or {}).get("step"), "best": (best_info or {}).get("step")}
     notes = [f"frozen CLIP of {clip_out} (--clip-from)"] if clip_out and cell.spec.needs_clip else []
     if start_step:  # an interrupted cell resumed: this process timed only the steps after the checkpoint
-        notes.append(f"resumed from step {start_step}: the training wall time counts only steps {start_step}–"
+        notes.append(f"{RESUMED_NOTE} {start_step}: the training wall time counts only steps {start_step}–"
                      f"{steps['final']}")
     if best_info is None:
         notes.append("no best-on-validation export: the best columns show the final parameters")
