@@ -36,7 +36,8 @@ jax.config.update("jax_default_matmul_precision", "float32")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
 import mmjax.flowclip as fc  # noqa: E402
-from mmjax.flowclip.all_pairs import chunk_for_budget, DEFAULT_CHUNK_BUDGET_BYTES  # noqa: E402
+from mmjax.flowclip.all_pairs import chunk_for_budget  # noqa: E402
+from mmjax.flowclip.options import DEFAULTS  # noqa: E402
 
 ALPHA, TAU, L_TOK, D = 1.0, 0.02, 16, 512
 
@@ -153,7 +154,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="B = 64 only")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--budget-bytes", type=int, default=DEFAULT_CHUNK_BUDGET_BYTES,
+    parser.add_argument("--budget-bytes", type=int, default=DEFAULTS.score_chunk_bytes,
                         help="chunk_budget_bytes of the 'gram' variant")
     parser.add_argument("--max-naive-gb", type=float, default=4.0,
                         help="skip the naive scorer when its estimated memory exceeds this (shared machine)")

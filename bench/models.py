@@ -196,7 +196,7 @@ def main_job(args):
            "image_tower": jax.jit(image_step),
            "objective": jax.jit(objective_step),
            "optimizer": jax.jit(lambda g, s, p: optax.apply_updates(p, tx.update(g, s, p)[0])),
-           "step": jax.jit(make_train_step(task, tx, warmup=False))}
+           "step": jax.jit(make_train_step(task, tx, task.phases(1)[-1]))}
     fn_args = {"text_tower": text_args, "bigru_only": (bare_params,) + text_args[1:],
                "image_tower": (params["image_tower"], extra["batch_stats"]["image_tower"], batch["image_feats"],
                                batch["image_mask"], key),

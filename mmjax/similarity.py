@@ -18,8 +18,8 @@ only through the gathered matched cells: ∂S_H/∂C_ij = M*_ij exp(s C_ij)/m. S
 additive bias (K equal entries c score c + log(K)/α). Masked cells use large *finite* penalties; blocks are reduced in
 float32 whatever the input dtype (exp(16) overflows float16).
 
-All-pairs form: one matmul of the stacked (Ba·K_V) × (Bb·K_T) elements, reshaped to blocks [Ba, Bb, K_V, K_T].
-`pairwise_set_similarity_chunked` computes the same matrix in chunks that never hold more than `max_blocks` blocks.
+All-pairs form: one matmul of the stacked (Ba·K_V) × (Bb·K_T) elements, reshaped to blocks [Ba, Bb, K_V, K_T]
+(evaluation tiles it on the host: `mmjax.evaluation.embed.score_sets`).
 Slab form (evaluation): the same GEMM on element-major rows gives C4[K_V, Ba, K_T, Bb]; `slab_similarity` reduces
 its K_V·K_T [Ba, Bb] slabs elementwise in one fused pass (top-k by rounds of max / count ties / mask; S_H by
 enumerating the assignments of max(K_V, K_T) ≤ 5 in the enumerate solver's order), with the same scores.
@@ -31,7 +31,6 @@ or under jit.
 
 import functools
 import itertools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +39,21 @@ from mmjax import matching
 
 KINDS = ("mil", "average", "average_sigmoid", "chamfer", "smooth_chamfer", "maxmatch", "maxmatch_topk",
          "sinkhorn_soft")
+
+
+def inference_kind(training_kind: str) -> str:
+    """The score a model trained with `training_kind` is evaluated with: MaxMatch's top-k inference for a model
+    trained with S_H ([paper]: one-to-one matching in training, top-k at inference; docs/design.md#topk-inference),
+    the training similarity itself otherwise. The one place this rule lives (evaluation, suites and studies read it)."""
+    if training_kind not in KINDS:
+        raise ValueError(f"unknown similarity kind {training_kind!r}; choose one of {KINDS}")
+    return "maxmatch_topk" if training_kind == "maxmatch" else training_kind
+
+
+def reported_kinds(training_kind: str) -> tuple[str, ...]:
+    """The scores a retrieval evaluation reports for a training similarity: the inference score first, then the
+    training similarity when it differs (MaxMatch: top-k inference and exact S_H)."""
+    return tuple(dict.fromkeys((inference_kind(training_kind), training_kind)))
 _NEG = -1e9  # finite stand-in for −∞ in masked maxima
 
 
@@ -158,39 +172,6 @@ def pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, **kw):
         row = jnp.ones(a.shape[:2], bool)[:, None, :] if row is None else row
         col = jnp.ones(b.shape[:2], bool)[None, :, :] if col is None else col
     return block_similarity(c, kind, row, col, **kw)
-
-
-def _pad_to(x, n, value):
-    return jnp.pad(x, [(0, n - x.shape[0])] + [(0, 0)] * (x.ndim - 1), constant_values=value)
-
-
-def pairwise_set_similarity_chunked(a, b, kind: str, a_mask=None, b_mask=None, *, max_blocks: int = 1 << 20, **kw):
-    """`pairwise_set_similarity` computed in (image chunk × caption chunk) tiles of at most `max_blocks` blocks.
-
-    Tiles run sequentially under `lax.map`, so peak memory is O(max_blocks·K_V·K_T) rather than O(Ba·Bb·K_V·K_T);
-    padded rows of the last tiles are sliced off.
-    """
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    a_mask = jnp.ones(a.shape[:2], bool) if a_mask is None else jnp.asarray(a_mask, bool)
-    b_mask = jnp.ones(b.shape[:2], bool) if b_mask is None else jnp.asarray(b_mask, bool)
-    _check_sets(a, b, a_mask, b_mask)
-    if max_blocks < 1:
-        raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
-    ba, bb = a.shape[0], b.shape[0]
-    cb = min(bb, max_blocks)
-    ca = max(1, min(ba, max_blocks // cb))
-    na, nb = math.ceil(ba / ca), math.ceil(bb / cb)
-    a_t = _pad_to(a, na * ca, 0).reshape((na, ca) + a.shape[1:])
-    am_t = _pad_to(a_mask, na * ca, True).reshape(na, ca, -1)
-    b_t = _pad_to(b, nb * cb, 0).reshape((nb, cb) + b.shape[1:])
-    bm_t = _pad_to(b_mask, nb * cb, True).reshape(nb, cb, -1)
-
-    def row_tile(args):
-        x, xm = args
-        return jax.lax.map(lambda y: pairwise_set_similarity(x, y[0], kind, xm, y[1], **kw), (b_t, bm_t))
-
-    tiles = jax.lax.map(row_tile, (a_t, am_t))  # [na, nb, ca, cb]
-    return tiles.transpose(0, 2, 1, 3).reshape(na * ca, nb * cb)[:ba, :bb]
 
 
 # ---- element-major ("slab") form for evaluation at the GEMM bound ---------------------------------------------

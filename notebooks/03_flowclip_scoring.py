@@ -51,7 +51,7 @@ from mmjax.data.shapesworld.config import NEG_TYPE_ID
 from mmjax.data.shapesworld.draw import caption_block, scene_image
 from mmjax.data.shapesworld.suites import build_suites
 from mmjax.evaluation import batched_apply, evaluate_with_controls, recall_at_k
-from mmjax.flowclip import flowclip_objective, init_params, score_pairs
+from mmjax.flowclip import FlowCLIPOptions, flowclip_objective, init_params, score_pairs
 from mmjax.flowclip.scorer import icer_token_terms, safe_normalize, token_queries
 from mmjax.losses import infonce_loss
 from mmjax.models.factory import build_shapesworld_clip, count_params
@@ -205,14 +205,15 @@ def take(tree, idx):
 
 
 def make_head_step(use_local, lambda_cimr, optimizer):
-    config = dict(FLOWCLIP, use_local=use_local, lambda_cimr=lambda_cimr)
+    options = FlowCLIPOptions.from_mapping(FLOWCLIP, use_local=use_local, lambda_cimr=lambda_cimr)
 
     @jax.jit
     def step(params, opt_state, batch, rng):
         def loss_fn(p):
             scale = jnp.exp(jnp.minimum(p["log_logit_scale"], math.log(100.0)))
             scorer = {k: p[k] for k in ("M", "M_tok", "W")}
-            return flowclip_objective(scorer, scale, batch, rng, config)
+            score_fn = functools.partial(score_pairs, scorer, return_local=True, **options.score_kwargs())
+            return flowclip_objective(score_fn, scale, batch, rng, options)
 
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)

@@ -146,7 +146,7 @@ def SHARDING_RULE(v):
 
 
 def KAPPA(v):
-    """`flowclip.cimr_kappa` (mmjax.flowclip.objective.ObjectiveConfig): 'logit_scale' (κ = 1/τ_c) or a number."""
+    """`flowclip.cimr_kappa` (mmjax.flowclip.options.FlowCLIPOptions): 'logit_scale' (κ = 1/τ_c) or a number."""
     return None if v == "logit_scale" or Num(gt=0)(v) is None else "must be 'logit_scale' or a finite number > 0"
 
 

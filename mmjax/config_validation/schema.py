@@ -16,8 +16,8 @@ from mmjax import matching, similarity
 from mmjax.config_validation.rules import (BOOL, KAPPA, MAPPING, MESH, NAME, PAD_PENALTY, PROB, REGEX,
                                            SHARDING_RULE, STR, Choice, Each, Int, Num, pair)
 from mmjax.data.shapesworld.config import PRESET_SPLIT_SIZES, SPLIT_CODES, ShapesWorldConfig
-from mmjax.flowclip.all_pairs import METHODS as ALL_PAIRS_METHODS
-from mmjax.flowclip.scorer import POOLS as FLOWCLIP_POOLS
+from mmjax.flowclip.options import METHODS as ALL_PAIRS_METHODS
+from mmjax.flowclip.options import POOLS as FLOWCLIP_POOLS
 from mmjax.losses import maxmatch_loss_config
 from mmjax.matching.auction import CERTIFICATES
 
@@ -135,7 +135,7 @@ SCHEMA = {
     "flowclip_head": {
         **TRAINING,
         "data.name": Choice(("shapesworld", "coco")), "data.val_split": NAME,
-        # mmjax.flowclip.objective.ObjectiveConfig and mmjax.models.flowclip_head
+        # mmjax.flowclip.options.FlowCLIPOptions
         "flowclip.alpha": Num(ge=0), "flowclip.tau_p": Num(gt=0), "flowclip.pool": Choice(FLOWCLIP_POOLS),
         "flowclip.lambda_cimr": Num(ge=0), "flowclip.cimr_kappa": KAPPA, "flowclip.cimr_kappa_stop_grad": BOOL,
         "flowclip.mask_invalid_negatives": BOOL, "flowclip.use_local": BOOL, "flowclip.donor_tries": Int(ge=1),

@@ -146,6 +146,19 @@ def drop_caption_tokens(rng: np.random.Generator, ids, attention, valid, *, p, m
     return np.where(live, new, pad_id).astype(ids.dtype), live, new_valid & live
 
 
+def with_global_caption_image(batch: dict, process_index: int | None = None) -> dict:
+    """`batch` with its local caption→image indices (`caption_image`, rows of this process's b images) made indices
+    into the global batch of all processes (process p holds images [p·b, (p+1)·b)), as a step over the global batch
+    needs them. A batch without `caption_image` is returned unchanged."""
+    if "caption_image" not in batch:
+        return batch
+    if process_index is None:
+        import jax
+        process_index = jax.process_index()
+    local_images = len(batch["example_valid"])
+    return {**batch, "caption_image": (batch["caption_image"] + process_index * local_images).astype(np.int32)}
+
+
 class BatchIterator(Iterator[dict]):
     """Endless (or `num_epochs`) iterator over batches; `position` = (epoch, step) of the next batch returned."""
 

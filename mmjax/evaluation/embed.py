@@ -5,13 +5,12 @@ copies of the last row (edge padding keeps masked towers finite) and the padding
 of any size compiles the embedding function exactly once.
 
 Scoring (`score_sets`): S[i, n] = s(V_i, T_n) for a set similarity `kind` of `mmjax.similarity` (e.g. `'maxmatch'`
-exact assignment S_H, `'maxmatch_topk'` inference, `'smooth_chamfer'`, `'mil'`). The host loops over image chunks of
-`image_chunk` sets; inside one jitted call the captions are split into tiles of `caption_tile` sets and reduced under
-`lax.map` (one tile: no map), so peak device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the
-cosine matmul of each tile is one (image_chunk·K_V) × (caption_tile·K_T) GEMM. COCO 5K (5 000 × 25 000 sets, K = 4)
-therefore never holds more than one tile of blocks (defaults 256 × 32 768: all 25 000 captions in one tile,
-256·25 000·16 floats ≈ 0.4 GB; on CPU a `lax.map` over several caption tiles runs ~1.5× slower than one big GEMM, so
-prefer one tile when it fits); the [n_images, n_captions] float32 score matrix (500 MB) lives on the host.
+exact assignment S_H, `'maxmatch_topk'` inference, `'smooth_chamfer'`, `'mil'`), tiled on the host by
+`mmjax.evaluation.tiled.tiled_scores` into blocks of `image_chunk` image sets × `caption_tile` caption sets, so peak
+device memory is O(image_chunk · caption_tile · K_V · K_T) floats while the cosine matmul of each block is one
+(image_chunk·K_V) × (caption_tile·K_T) GEMM. COCO 5K (5 000 × 25 000 sets, K = 4) therefore never holds more than
+one block (defaults 256 × 32 768: all 25 000 captions in one tile, 256·25 000·16 floats ≈ 0.4 GB; prefer one
+caption tile when it fits); the [n_images, n_captions] float32 score matrix (500 MB) lives on the host.
 
 `evaluate_retrieval` turns the score matrix into R@1/5/10 both ways, RSUM and median/mean ranks
 (`mmjax.evaluation.retrieval`), over the whole set ("all", e.g. COCO 5K) and as the mean of equal contiguous image
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
 from collections.abc import Sequence
 
@@ -34,8 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mmjax.batching import batched_apply, pad_rows, progress
+from mmjax.batching import batched_apply
 from mmjax.evaluation.retrieval import recall_at_k, recall_at_k_folds
+from mmjax.evaluation.tiled import tiled_scores
 from mmjax.similarity import pairwise_set_similarity, slab_cosines, slab_similarity, slab_supported
 
 log = logging.getLogger(__name__)
@@ -61,24 +60,18 @@ def keep_set_arrays(out: dict) -> dict:
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "kw_items", "slabs"))
-def _score_chunk(a, a_mask, b_tiles, b_mask_tiles, kind, kw_items, slabs):
-    """Scores [image_chunk, n_tiles·caption_tile]; caption tiles are element-major [n_tiles, K_T, tile, D] when
-    `slabs` (see `mmjax.similarity.slab_similarity`), else [n_tiles, tile, K_T, D]. Masks may be None (all valid)."""
+def _score_block(img, txt, kind, kw_items, slabs):
+    """Scores [image_block, text_block] of {"set", "mask"?} tiles; the caption tile is element-major [K_T, tile, D]
+    when `slabs` (see `mmjax.similarity.slab_similarity`), else [tile, K_T, D]. A missing mask means all valid."""
     kw = _thaw(kw_items)
-
-    def tile(args):
-        b, bm = args
-        if slabs:
-            return slab_similarity(slab_cosines(a, b), kind, a_mask, bm, **kw)
-        return pairwise_set_similarity(a, b, kind, a_mask, bm, **kw)
-
-    if b_tiles.shape[0] == 1:  # one tile: no loop, whose per-iteration slice would copy the whole tile
-        return tile(jax.tree_util.tree_map(lambda x: x[0], (b_tiles, b_mask_tiles)))
-    scores = jax.lax.map(tile, (b_tiles, b_mask_tiles))  # [n_tiles, image_chunk, caption_tile]
-    return scores.transpose(1, 0, 2).reshape(a.shape[0], -1)
+    if slabs:
+        return slab_similarity(slab_cosines(img["set"], txt["set"]), kind, img.get("mask"), txt.get("mask"), **kw)
+    return pairwise_set_similarity(img["set"], txt["set"], kind, img.get("mask"), txt.get("mask"), **kw)
 
 
-_element_major_tiles = jax.jit(lambda t: jnp.swapaxes(t, 1, 2))  # [n, tile, K, D] → [n, K, tile, D], on device
+@jax.jit
+def _element_major(tile):  # {"set": [tile, K, D]} → [K, tile, D], once per caption tile, on device
+    return {**tile, "set": jnp.swapaxes(tile["set"], 0, 1)}
 
 
 class _Frozen(tuple):
@@ -102,9 +95,10 @@ def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 
     """Scores float32 [Ba, Bb] between sets a [Ba, K_V, D] and b [Bb, K_T, D] (see module docstring).
 
     Equals `pairwise_set_similarity(a, b, kind, a_mask, b_mask, **kw)`; `kw` are its options (`s_h`, `alpha`,
-    `solver`, `topk_k`, ...). Padded image rows / caption tiles are sliced off. Kinds and options that
-    `mmjax.similarity.slab_supported` covers (MaxMatch top-k; exact S_H with the enumerate solver, K ≤ 5) run in the
-    element-major slab form, whose set reduction is one fused pass after the GEMM; all-true masks are dropped.
+    `solver`, `topk_k`, ...). Tiled by `mmjax.evaluation.tiled.tiled_scores` (`image_chunk` × `caption_tile`
+    blocks). Kinds and options that `mmjax.similarity.slab_supported` covers (MaxMatch top-k; exact S_H with the
+    enumerate solver, K ≤ 5) run in the element-major slab form, whose set reduction is one fused pass after the
+    GEMM; all-true masks are dropped.
     """
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 3 or b.ndim != 3:
@@ -113,30 +107,15 @@ def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 
         if mask is not None and np.shape(mask) != x.shape[:2]:
             raise ValueError(f"{name_} must have shape {x.shape[:2]} to match its set, got {np.shape(mask)}")
     # An all-valid mask is the same as no mask; dropping it lets the reduction skip the mask logic.
-    a_mask = None if a_mask is None or np.all(a_mask) else np.asarray(a_mask, bool)
-    b_mask = None if b_mask is None or np.all(b_mask) else np.asarray(b_mask, bool)
-    ba, bb = a.shape[0], b.shape[0]
-    image_chunk = max(1, min(image_chunk, ba))
-    caption_tile = max(1, min(caption_tile, bb))
-    n_tiles = math.ceil(bb / caption_tile)
+    images, texts = {"set": a}, {"set": b}
+    if a_mask is not None and not np.all(a_mask):
+        images["mask"] = np.asarray(a_mask, bool)
+    if b_mask is not None and not np.all(b_mask):
+        texts["mask"] = np.asarray(b_mask, bool)
     slabs = slab_supported(kind, a.shape[1], b.shape[1], **kw)
-    b_tiles = jnp.asarray(pad_rows(b, n_tiles * caption_tile).reshape((n_tiles, caption_tile) + b.shape[1:]))
-    if slabs:  # element-major caption tiles, transposed once per call rather than once per image chunk
-        b_tiles = _element_major_tiles(b_tiles)
-    bm_tiles = None if b_mask is None else jnp.asarray(
-        pad_rows(b_mask, n_tiles * caption_tile).reshape(n_tiles, caption_tile, -1))
-    kw_items = _freeze(kw)
-    out = np.empty((ba, bb), np.float32)
-    bar = progress(ba, name or f"[eval] score {kind}", unit="image")
-    for start in range(0, ba, image_chunk):
-        stop = min(start + image_chunk, ba)
-        chunk_mask = None if a_mask is None else jnp.asarray(pad_rows(a_mask[start:stop], image_chunk))
-        chunk = _score_chunk(jnp.asarray(pad_rows(a[start:stop], image_chunk)), chunk_mask, b_tiles, bm_tiles,
-                             kind, kw_items, slabs)
-        out[start:stop] = np.asarray(chunk)[:stop - start, :bb]
-        bar.update(stop - start)
-    bar.close()
-    return out
+    score = functools.partial(_score_block, kind=kind, kw_items=_freeze(kw), slabs=slabs)
+    return tiled_scores(score, images, texts, image_block=image_chunk, text_block=caption_tile,
+                        prepare_text_tile=_element_major if slabs else None, name=name or f"[eval] score {kind}")
 
 
 def evaluate_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *,

@@ -10,8 +10,8 @@ There is no training run (`config.pretrained = 'hf_clip'`, no `config.task`): `m
 this evaluation's context instead of a task's, and the workdir only receives `results.json` / `results.md`. Scores:
 
 * plain CLIP (`data.head_workdir` empty): cosine of the projected image and text embeddings ("global"), pair by pair;
-* with a finished `flowclip_head` run in `data.head_workdir`: `mmjax.flowclip.score_pairs` of the exported head
-  (M, M_tok, W) on the CLIP's raw features — image {"global", "patches"}, text {"global", "tokens", "valid"} with
+* with a finished `flowclip_head` run in `data.head_workdir`: the exported head (`mmjax.models.FlowCLIPHead` with
+  the run's recorded `FlowCLIPOptions`, as in its training) on the CLIP's raw features — image {"global", "patches"}, text {"global", "tokens", "valid"} with
   the first `flowclip.max_tokens` positions, as the training caches hold them. Compositional pairs are scored one
   pair at a time (`score_pairs` vmapped over 1 × 1 problems, equal to the diagonal of the all-pairs matrix) because a
   batch's distinct images × distinct captions matrix would cost ~n times more; zero-shot scores the full matrix.
@@ -31,17 +31,17 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from mmjax.batching import pad_rows
 from mmjax.data import readers
 from mmjax.data.clip_preprocess import preprocess_batch
 from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs, pair_diagonal
+from mmjax.evaluation.tiled import tiled_scores
 from mmjax.normalize import unit_normalize
-from mmjax.flowclip import score_pairs
-from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES
+from mmjax.flowclip import FlowCLIPOptions
 from mmjax.models.feature_cache import clip_encoders
+from mmjax.models.flowclip_head import FlowCLIPHead
 from mmjax.models.hf import load_hf_clip
 
 # Readers that return a `CompositionalDataset`; the others (karpathy, precomp) feed retrieval, not this task.
@@ -94,9 +94,10 @@ class HFCLIPEvaluation:
             raise ValueError("config.data.head_workdir and the head export must be given together")
         self.head_params, self.flowclip = (self._load_head(self.head_workdir, *head_export) if head_export
                                            else (None, None))
+        self.head = None if self.flowclip is None else FlowCLIPHead(self.model.config.projection_dim, self.flowclip)
         self._head_matrix_fn = self._head_pairs_fn = None  # jitted on first use
         self.score_name = ("cosine" if self.flowclip is None
-                           else "flowclip" if self.flowclip["use_local"] else "global_m")
+                           else "flowclip" if self.flowclip.use_local else "global_m")
 
     # ------------------------------------------------------------------------------------------------ config
 
@@ -126,7 +127,7 @@ class HFCLIPEvaluation:
         return specs
 
     def _load_head(self, head_workdir: str, variables, info):
-        """(head params {"M", "M_tok", "W"}, flowclip options) of a finished `flowclip_head` run's export."""
+        """(head params, `FlowCLIPOptions`) of a finished `flowclip_head` run's export."""
         if info.get("task") != "flowclip_head":
             raise ValueError(f"config.data.head_workdir: {head_workdir} holds a {info.get('task')!r} run, "
                              f"not a 'flowclip_head' one")
@@ -135,7 +136,7 @@ class HFCLIPEvaluation:
                              f"options")
         dim = self.model.config.projection_dim
         params = variables["params"]
-        missing = [k for k in ("M", "M_tok", "W") if k not in params]
+        missing = [k for k in ("M", "M_tok", "W", "log_logit_scale") if k not in params]
         if missing:
             raise ValueError(f"config.data.head_workdir: the export of {head_workdir} lacks head parameter(s) "
                              f"{missing}")
@@ -143,7 +144,8 @@ class HFCLIPEvaluation:
             raise ValueError(f"config.data.head_workdir: the head of {head_workdir} is {np.shape(params['M'])} "
                              f"but the CLIP of {self.clip_dir} projects to {dim} dimensions: a head works only "
                              f"on the CLIP whose features it was trained on")
-        return {k: np.asarray(params[k], np.float32) for k in ("M", "M_tok", "W")}, dict(info["flowclip"])
+        return ({k: np.asarray(v, np.float32) for k, v in params.items()},
+                FlowCLIPOptions.from_mapping(info["flowclip"]))
 
     # ------------------------------------------------------------------------------------------------ encoding
 
@@ -169,7 +171,7 @@ class HFCLIPEvaluation:
     def _keep_text(self, out: dict) -> dict:
         if self.flowclip is None:
             return {"global": out["global"]}
-        length = self.flowclip.get("max_tokens", 32)
+        length = self.flowclip.max_tokens
         return {"global": out["global"].astype(HEAD_FEATURE_DTYPE),
                 "tokens": out["tokens"][:, :length].astype(HEAD_FEATURE_DTYPE),
                 "valid": out["valid"][:, :length]}
@@ -177,31 +179,17 @@ class HFCLIPEvaluation:
     # ------------------------------------------------------------------------------------------------ scoring
 
     def _head_score(self, img, txt):
-        """The head's all-pairs scores [Bi, Bt] on float32 features."""
-        fc = self.flowclip
-        img = {k: jnp.asarray(v, jnp.float32) for k, v in img.items()}
-        txt = {k: v if k == "valid" else jnp.asarray(v, jnp.float32) for k, v in txt.items()}
-        return score_pairs(self.head_params, img, txt, alpha=fc["alpha"], tau_p=fc["tau_p"], pool=fc["pool"],
-                           method=fc["all_pairs"], chunk_size=fc["score_chunk_images"],
-                           chunk_budget_bytes=fc.get("score_chunk_bytes", DEFAULT_CHUNK_BUDGET_BYTES),
-                           use_local=fc["use_local"])
+        """The head's all-pairs scores [Bi, Bt] (features cast to float32 inside the scorer)."""
+        return self.head.apply({"params": self.head_params}, img, txt)
 
     def score_matrix(self, img: dict, txt: dict) -> np.ndarray:
-        """[n_images, n_texts] scores: cosine, or the head in fixed-size blocks (one compilation)."""
+        """[n_images, n_texts] scores: cosine, or the head in fixed-size tiles (`tiled_scores`: one compilation)."""
         if self.flowclip is None:
             a, b = unit_normalize(np.asarray(img["global"])), unit_normalize(np.asarray(txt["global"]))
             return (a @ b.T).astype(np.float32)
         if self._head_matrix_fn is None:
             self._head_matrix_fn = jax.jit(self._head_score)
-        n_img, n_txt = len(img["global"]), len(txt["global"])
-        out = np.empty((n_img, n_txt), np.float32)
-        for i in range(0, n_img, self.batch_size):
-            ib = _rows(img, i, i + self.batch_size, self.batch_size)
-            for j in range(0, n_txt, SCORE_BLOCK):
-                block = np.asarray(self._head_matrix_fn(ib, _rows(txt, j, j + SCORE_BLOCK, SCORE_BLOCK)))
-                out[i:i + self.batch_size, j:j + SCORE_BLOCK] = block[:min(self.batch_size, n_img - i),
-                                                                      :min(SCORE_BLOCK, n_txt - j)]
-        return out
+        return tiled_scores(self._head_matrix_fn, img, txt, image_block=self.batch_size, text_block=SCORE_BLOCK)
 
     def score_head_pairs(self, img: dict, txt: dict) -> np.ndarray:
         """[n] head scores of image row p against caption row p (blocks of `SCORE_BLOCK` pairs)."""

@@ -17,13 +17,9 @@ import json
 import os
 
 from mmjax.evaluation.registry import run_evaluator
+from mmjax.similarity import reported_kinds
 
 RETRIEVAL_KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
-
-
-def retrieval_kinds(similarity: str) -> tuple[str, ...]:
-    """Scores reported for a training similarity: MaxMatch gives top-k inference and the exact S_H."""
-    return ("maxmatch_topk", "maxmatch") if similarity == "maxmatch" else (similarity,)
 
 
 def resolve_evals(evals: dict, *, similarity: str | None = None, similarity_kw: dict | None = None) -> dict:
@@ -35,7 +31,7 @@ def resolve_evals(evals: dict, *, similarity: str | None = None, similarity_kw: 
         if kind in ("retrieval", "set_analysis") and similarity is not None:
             options["similarity_kw"] = {**(similarity_kw or {}), **dict(options.get("similarity_kw") or {})}
             if kind == "retrieval":
-                options.setdefault("kinds", retrieval_kinds(similarity))
+                options.setdefault("kinds", reported_kinds(similarity))
             else:
                 options.setdefault("kind", similarity)
         out[name] = (kind, options)

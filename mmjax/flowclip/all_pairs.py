@@ -37,17 +37,15 @@ import jax
 import jax.numpy as jnp
 
 from mmjax.flowclip import validation
+from mmjax.flowclip.options import DEFAULTS, METHODS, POOLS
 from mmjax.flowclip.scorer import (
     global_m_score,
-    POOLS,
     icer_token_terms,
     positive_centered_weights,
     safe_normalize,
     token_queries,
 )
 
-METHODS = ("gram", "direct", "reference")
-DEFAULT_CHUNK_BUDGET_BYTES = 32 << 20
 _LIVE_PER_IMAGE = 9  # float32 [Bt, L, N] ('direct': [Bt, L, d]) tensors alive per image of a chunk
 
 
@@ -148,16 +146,16 @@ def icer_local_score(
     image: Mapping[str, Any],
     text: Mapping[str, Any],
     *,
-    tau_p=0.02,
-    pool: str = "logsumexp",
-    method: str = "gram",
-    chunk_size: int | None = None,
-    chunk_budget_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES,
+    tau_p=DEFAULTS.tau_p,
+    pool: str = DEFAULTS.pool,
+    method: str = DEFAULTS.all_pairs,
+    chunk_size: int | None = DEFAULTS.score_chunk_images,
+    chunk_budget_bytes: int = DEFAULTS.score_chunk_bytes,
 ) -> jax.Array:
     """(F9) s_L[i, t] = mean over V_T of Δ_ℓ for every pair, shape [Bi, Bt]; 0 for captions with empty V_T.
 
-    Args (defaults are project [default] config fields):
-      tau_p: pooling temperature τ_p (`flowclip.tau_p`, 0.02).
+    Args (defaults: `mmjax.flowclip.options.DEFAULTS`, the project's [default] config fields):
+      tau_p: pooling temperature τ_p (`flowclip.tau_p`).
       pool: `'logsumexp'` or `'logmeanexp'` (`flowclip.pool`; identical Δ).
       method: `'gram'` | `'direct'` | `'reference'` (`flowclip.all_pairs`).
       chunk_size: images per chunk (`flowclip.score_chunk_images`); need not divide Bi. None or 0: from the budget.
@@ -205,23 +203,27 @@ def score_pairs(
     image: Mapping[str, Any],
     text: Mapping[str, Any],
     *,
-    alpha=1.0,
-    tau_p=0.02,
-    pool: str = "logsumexp",
-    method: str = "gram",
-    chunk_size: int | None = None,
-    chunk_budget_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES,
-    use_local: bool = True,
-) -> jax.Array:
+    alpha=DEFAULTS.alpha,
+    tau_p=DEFAULTS.tau_p,
+    pool: str = DEFAULTS.pool,
+    method: str = DEFAULTS.all_pairs,
+    chunk_size: int | None = DEFAULTS.score_chunk_images,
+    chunk_budget_bytes: int = DEFAULTS.score_chunk_bytes,
+    use_local: bool = DEFAULTS.use_local,
+    return_local: bool = False,
+):
     """(F1) s[i, t] = s_G[i, t] + α · s_L[i, t] for every image–caption pair, shape [Bi, Bt].
 
-    Differentiable and jittable (`pool`, `method`, `chunk_size`, `chunk_budget_bytes`, `use_local` are static).
-    `use_local=False` is Global-M (LABCLIP's head) and needs only the 'global' entries. Shapes are checked at trace
-    time; run `validate_inputs` on host data to also reject non-finite features.
+    The one place F1 is assembled: training (`flowclip_objective`, through `mmjax.models.FlowCLIPHead`) and every
+    evaluation score with it. Differentiable and jittable (`pool`, `method`, `chunk_size`, `chunk_budget_bytes`,
+    `use_local`, `return_local` are static). `use_local=False` is Global-M (LABCLIP's head) and needs only the
+    'global' entries. `return_local=True` returns (s, s_L), with s_L None for Global-M. Shapes are checked at
+    trace time; run `validate_inputs` on host data to also reject non-finite features.
     """
     s_global = global_m_score(params, image, text)
     if not use_local:
-        return s_global
+        return (s_global, None) if return_local else s_global
     s_local = icer_local_score(params, image, text, tau_p=tau_p, pool=pool, method=method, chunk_size=chunk_size,
                                chunk_budget_bytes=chunk_budget_bytes)
-    return s_global + alpha * s_local
+    scores = s_global + alpha * s_local
+    return (scores, s_local) if return_local else scores

@@ -2,69 +2,26 @@
 
     L = L_HNB + λ_CIMR · L_CIMR,   λ_CIMR = 0.1 [paper]
 
-over scores s = s_G + α s_L for all B images × (B positive + B negative) captions. Global-M (LABCLIP's head) is the
-same objective with `use_local=False` (s = s_G).
+over scores s = s_G + α s_L (F1, `mmjax.flowclip.score_pairs`) for all B images × (B positive + B negative)
+captions, computed by the score function the caller passes (the head's own). Global-M (LABCLIP's head) is the same
+objective on a head with `use_local=False` (s = s_G).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES, METHODS, icer_local_score
-from mmjax.flowclip.donors import DONOR_TAG, choose_donors
+from mmjax.flowclip.donors import choose_donors, DONOR_TAG
 from mmjax.flowclip.losses import cimr_loss, hnb_loss
-from mmjax.flowclip.scorer import POOLS, global_m_score
+from mmjax.flowclip.options import FlowCLIPOptions
 
-
-@dataclasses.dataclass(frozen=True)
-class ObjectiveConfig:
-    """Fields of the `flowclip.*` config read by the objective; defaults are the spec's project defaults.
-
-    alpha: local-term weight α [default 1.0]. tau_p: pooling temperature [default 0.02]. pool: 'logsumexp' |
-    'logmeanexp'. lambda_cimr: CIMR weight [paper 0.1]. cimr_kappa: 'logit_scale' (κ = 1/τ_c) or a float.
-    cimr_kappa_stop_grad: stop_gradient on κ [default True]. mask_invalid_negatives: drop invalid negatives from the
-    I2T denominator [default True]; CIMR always requires a valid negative. use_local: False → Global-M.
-    donor_tries: cyclic derangements tried per step [default 4]. score_chunk_images: images per scorer chunk
-    (0 [default]: chosen from `score_chunk_bytes`, a memory budget [default 32 MiB]; `all_pairs.chunk_for_budget`).
-    all_pairs: 'gram' | 'direct' | 'reference'.
-    """
-
-    alpha: float = 1.0
-    tau_p: float = 0.02
-    pool: str = "logsumexp"
-    lambda_cimr: float = 0.1
-    cimr_kappa: Any = "logit_scale"
-    cimr_kappa_stop_grad: bool = True
-    mask_invalid_negatives: bool = True
-    use_local: bool = True
-    donor_tries: int = 4
-    score_chunk_images: int = 0
-    score_chunk_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES
-    all_pairs: str = "gram"
-
-    def __post_init__(self):
-        if self.pool not in POOLS:
-            raise ValueError(f"flowclip.pool must be one of {POOLS}; got {self.pool!r}")
-        if self.all_pairs not in METHODS:
-            raise ValueError(f"flowclip.all_pairs must be one of {METHODS}; got {self.all_pairs!r}")
-        if isinstance(self.cimr_kappa, str) and self.cimr_kappa != "logit_scale":
-            raise ValueError(f"flowclip.cimr_kappa must be 'logit_scale' or a number; got {self.cimr_kappa!r}")
-
-    @classmethod
-    def from_mapping(cls, config: Mapping[str, Any] | None = None, **overrides) -> "ObjectiveConfig":
-        """Reads the known fields from a dict / `ml_collections.ConfigDict` (other `flowclip.*` fields, e.g.
-        `logit_scale_init`, belong to other components and are ignored); keyword overrides must be known fields."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise TypeError(f"unknown flowclip objective option(s) {unknown}; known: {sorted(names)}")
-        values = {k: config[k] for k in names if config is not None and k in config}
-        values.update(overrides)
-        return cls(**values)
+# (image, texts) -> (s [B, T], s_L [B, T] or None): e.g. a `FlowCLIPHead` applied with `return_local=True`.
+ScoreFn = Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[jax.Array, jax.Array | None]]
 
 
 def _concat_texts(pos_text, neg_text):
@@ -77,18 +34,28 @@ def _concat_texts(pos_text, neg_text):
     return {k: jnp.concatenate([pos_text[k], neg_text[k]]) for k in keys}
 
 
-def flowclip_objective(params, logit_scale, batch, rng=None, config=None, **overrides):
+def flowclip_objective(score_fn: ScoreFn, logit_scale, batch, rng=None, options=None, **overrides):
     """L_HNB + λ_CIMR · L_CIMR for one batch; returns (loss, metrics dict).
 
     Args:
-      params: {"M", "M_tok", "W"} (only "M" when use_local=False).
+      score_fn: (image, texts) -> (s [B, 2B], s_L or None): the head's own scores, so training and evaluation
+        score through one function (`mmjax.models.FlowCLIPHead` with `return_local=True`, or
+        `functools.partial(mmjax.flowclip.score_pairs, params, return_local=True)`). The captions are the B
+        positives followed by the B negatives.
       logit_scale: scalar 1/τ_c, already clipped by the caller (exp(θ) ≤ `flowclip.logit_scale_max`).
       batch: {"image": {"global", "patches"}, "pos_text": text dict, "neg_text": text dict, "image_ids": int [B],
         "neg_valid": bool [B]}; text dicts as in `score_pairs`.
       rng: step key; donors use fold_in(rng, DONOR_TAG). Required when lambda_cimr != 0.
-      config: mapping with `flowclip.*` field names (see `ObjectiveConfig`); keyword overrides win.
+      options: a `FlowCLIPOptions` or a mapping of `flowclip.*` fields; keyword overrides win. The objective reads
+        lambda_cimr, cimr_kappa, cimr_kappa_stop_grad, mask_invalid_negatives and donor_tries (the scoring
+        options belong to `score_fn`).
+    Metrics: hnb, hnb_i2t, hnb_t2i, logit_scale, neg_valid_frac, mean_abs_s_local (only when `score_fn` has a
+    local branch), cimr and eligible_frac (when λ_CIMR ≠ 0), loss.
     """
-    cfg = ObjectiveConfig.from_mapping(config, **overrides)
+    if isinstance(options, FlowCLIPOptions):
+        cfg = dataclasses.replace(options, **overrides) if overrides else options
+    else:
+        cfg = FlowCLIPOptions.from_mapping(options, **overrides)
     image, image_ids, neg_valid = batch["image"], jnp.asarray(batch["image_ids"]), jnp.asarray(batch["neg_valid"])
     texts = _concat_texts(batch["pos_text"], batch["neg_text"])
     b = image["global"].shape[0]
@@ -96,20 +63,17 @@ def flowclip_objective(params, logit_scale, batch, rng=None, config=None, **over
         raise ValueError(f"batch['pos_text'] must hold B={b} captions (one per record); got "
                          f"{batch['pos_text']['global'].shape[0]}")
 
-    scores = global_m_score(params, image, texts)  # [B, 2B]
-    mean_abs_local = jnp.zeros(())
-    if cfg.use_local:
-        s_local = icer_local_score(params, image, texts, tau_p=cfg.tau_p, pool=cfg.pool, method=cfg.all_pairs,
-                                   chunk_size=cfg.score_chunk_images,
-                                   chunk_budget_bytes=cfg.score_chunk_bytes)
-        scores = scores + cfg.alpha * s_local
-        mean_abs_local = jnp.mean(jnp.abs(s_local))
+    scores, s_local = score_fn(image, texts)  # [B, 2B]
+    if scores.shape != (b, 2 * b):
+        raise ValueError(f"score_fn must return scores of shape (B, 2B) = {(b, 2 * b)}; got {scores.shape}")
     pos_scores, neg_scores = scores[:, :b], scores[:, b:]
 
     hnb_valid = neg_valid if cfg.mask_invalid_negatives else jnp.ones_like(neg_valid)
     hnb, (i2t, t2i) = hnb_loss(pos_scores, neg_scores, image_ids, hnb_valid, logit_scale, return_parts=True)
     metrics = {"hnb": hnb, "hnb_i2t": i2t, "hnb_t2i": t2i, "logit_scale": jnp.asarray(logit_scale, jnp.float32),
-               "neg_valid_frac": jnp.mean(neg_valid.astype(jnp.float32)), "mean_abs_s_local": mean_abs_local}
+               "neg_valid_frac": jnp.mean(neg_valid.astype(jnp.float32))}
+    if s_local is not None:
+        metrics["mean_abs_s_local"] = jnp.mean(jnp.abs(s_local))
     loss = hnb
     if cfg.lambda_cimr != 0:
         if rng is None:

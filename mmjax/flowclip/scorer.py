@@ -12,8 +12,8 @@
 
 `score_pair_reference` follows Algorithm 1 literally (boolean selection of V_T, explicit d-dimensional residual
 queries) and is the oracle for the all-pairs forms in `all_pairs.py`. Every equation above is reconstructed
-(docs/design.md#status) from the paper's prose (its equations are not public); defaults α = 1.0, τ_p = 0.02 are
-[default] config fields.
+(docs/design.md#status) from the paper's prose (its equations are not public); the defaults of α, τ_p and the pool
+are `mmjax.flowclip.options.DEFAULTS` ([default] config fields).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.flowclip import validation
+from mmjax.flowclip.options import DEFAULTS, POOLS
 # re-exported: all_pairs, tests and notebooks use scorer.safe_normalize
 from mmjax.normalize import safe_normalize  # noqa: F401
-
-POOLS = ("logsumexp", "logmeanexp")
 
 
 def init_params(d: int, dtype=jnp.float32) -> dict[str, jax.Array]:
@@ -39,7 +38,7 @@ def init_params(d: int, dtype=jnp.float32) -> dict[str, jax.Array]:
     return {"M": eye, "M_tok": eye, "W": jnp.zeros((int(d), int(d)), dtype)}
 
 
-def smooth_max_pool(logits_times_tau: jax.Array, tau_p, *, pool: str = "logsumexp", axis: int = -1) -> jax.Array:
+def smooth_max_pool(logits_times_tau: jax.Array, tau_p, *, pool: str = DEFAULTS.pool, axis: int = -1) -> jax.Array:
     """(F7) 𝒫_τ over `axis` of responses x: τ·logsumexp(x/τ) (`'logsumexp'`), or minus τ·log N (`'logmeanexp'`).
 
     The two differ by the constant τ log N, which cancels in Δ (both pools see the same N).
@@ -84,7 +83,7 @@ def positive_centered_weights(a: jax.Array) -> jax.Array:
 
 
 def icer_token_terms(
-    params: Mapping[str, Any], patches_hat: jax.Array, queries: jax.Array, *, tau_p, pool: str = "logsumexp"
+    params: Mapping[str, Any], patches_hat: jax.Array, queries: jax.Array, *, tau_p, pool: str = DEFAULTS.pool
 ) -> dict[str, jax.Array]:
     """Algorithm 1 for one image (P̂ [N, d], unit rows) and token queries Q [L, d]; every intermediate by name.
 
@@ -108,9 +107,9 @@ def score_pair_reference(
     image: Mapping[str, Any],
     text: Mapping[str, Any],
     *,
-    alpha=1.0,
-    tau_p=0.02,
-    pool: str = "logsumexp",
+    alpha=DEFAULTS.alpha,
+    tau_p=DEFAULTS.tau_p,
+    pool: str = DEFAULTS.pool,
 ) -> jax.Array:
     """Algorithm 1, literally, for ONE pair: image {"global": [d], "patches": [N, d]}, text {"global": [d],
     "tokens": [L, d], "valid": bool[L]}. Returns the scalar s(I, T) (F1).

@@ -2,12 +2,14 @@
 
     s(I, T) = s_G(I, T) + α · s_L(I, T)          (docs/design.md#icer F1; math in `mmjax.flowclip.score_pairs`)
     params:  M, M_tok, W ∈ R^{d×d}  (init I, I, 0 ⇒ s = cos(v_I, t_T) at step 0)
-             log_logit_scale θ      (init log(1/0.07)); logit scale 1/τ_c = exp(min(θ, log 100))
+             log_logit_scale θ      (init log(logit_scale_init)); logit scale 1/τ_c = exp(min(θ, log max))
 
-The module only holds parameters; it takes cached or freshly encoded features (`{"global", "patches"}` and
-`{"global", "tokens", "valid"}`, raw) and returns the [Bi, Bt] score matrix. The logit scale is clipped in the
-forward pass (no in-place clamp in a pure update), so above the cap its gradient is zero. `use_local=False` is
-Global-M (LABCLIP's head, M only); M_tok and W then exist but receive no gradient.
+The module only holds parameters; its options are one `mmjax.flowclip.FlowCLIPOptions` (`config.flowclip`). It
+takes cached or freshly encoded features (`{"global", "patches"}` and `{"global", "tokens", "valid"}`, raw) and
+returns the [Bi, Bt] score matrix — in training (`flowclip_objective` gets `apply(..., return_local=True)`) and in
+every evaluation alike. The logit scale is clipped in the forward pass (no in-place clamp in a pure update), so above
+the cap its gradient is zero. `use_local=False` is Global-M (LABCLIP's head, M only); M_tok and W then exist but
+receive no gradient.
 """
 
 import math
@@ -18,22 +20,14 @@ import jax
 import jax.numpy as jnp
 
 from mmjax.flowclip import init_params, score_pairs
-from mmjax.flowclip.all_pairs import DEFAULT_CHUNK_BUDGET_BYTES
+from mmjax.flowclip.options import DEFAULTS, FlowCLIPOptions
 
 
 class FlowCLIPHead(nn.Module):
     """Parameters M, M_tok, W, log_logit_scale; `__call__(image, text) -> scores [Bi, Bt]`."""
 
     dim: int
-    alpha: float = 1.0                 # flowclip.alpha
-    tau_p: float = 0.02                # flowclip.tau_p
-    pool: str = "logsumexp"            # flowclip.pool
-    method: str = "gram"               # flowclip.all_pairs
-    chunk_size: int = 0                # flowclip.score_chunk_images (0: from the memory budget)
-    chunk_budget_bytes: int = DEFAULT_CHUNK_BUDGET_BYTES  # flowclip.score_chunk_bytes
-    use_local: bool = True             # False: Global-M
-    logit_scale_init: float = 1 / 0.07  # flowclip.logit_scale_init
-    logit_scale_max: float = 100.0     # flowclip.logit_scale_max
+    options: FlowCLIPOptions = DEFAULTS
 
     def setup(self):
         initial = init_params(self.dim)  # single source of truth for the paper's init (I, I, 0)
@@ -41,17 +35,13 @@ class FlowCLIPHead(nn.Module):
         self.M_tok = self.param("M_tok", lambda _, v=initial["M_tok"]: v)
         self.W = self.param("W", lambda _, v=initial["W"]: v)
         self.log_logit_scale = self.param(
-            "log_logit_scale", nn.initializers.constant(math.log(self.logit_scale_init)), ())
-
-    def scorer_params(self) -> dict[str, jax.Array]:
-        """{"M", "M_tok", "W"} as `mmjax.flowclip` functions take them."""
-        return {"M": self.M, "M_tok": self.M_tok, "W": self.W}
+            "log_logit_scale", nn.initializers.constant(math.log(self.options.logit_scale_init)), ())
 
     def logit_scale(self) -> jax.Array:
         """1/τ_c = exp(min(θ, log logit_scale_max))."""
-        return jnp.exp(jnp.minimum(self.log_logit_scale, math.log(self.logit_scale_max)))
+        return jnp.exp(jnp.minimum(self.log_logit_scale, math.log(self.options.logit_scale_max)))
 
-    def __call__(self, image: Mapping[str, Any], text: Mapping[str, Any]) -> jax.Array:
-        return score_pairs(self.scorer_params(), image, text, alpha=self.alpha, tau_p=self.tau_p, pool=self.pool,
-                           method=self.method, chunk_size=self.chunk_size,
-                           chunk_budget_bytes=self.chunk_budget_bytes, use_local=self.use_local)
+    def __call__(self, image: Mapping[str, Any], text: Mapping[str, Any], *, return_local: bool = False):
+        """Scores [Bi, Bt]; with `return_local`, (scores, s_L) and s_L None for Global-M."""
+        return score_pairs({"M": self.M, "M_tok": self.M_tok, "W": self.W}, image, text,
+                           return_local=return_local, **self.options.score_kwargs())

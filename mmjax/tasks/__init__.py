@@ -1,20 +1,12 @@
 """Training tasks by name (`config.task`): each owns its model and its loss, and says how to embed a split.
 
-A task provides
-    make_iterator(start=(epoch, step))     a resumable batch iterator (`.position`, `.steps_per_epoch`,
-                                           `.batch_at(epoch, step)`, `.close()`), e.g.
-                                           `mmjax.data.pipeline.BatchIterator`
-    device_keys                            batch keys the step consumes
-    init_variables(rng, batch) -> variables
-    loss(params, extra, batch, rng, *, warmup) -> (loss, (metrics, new_extra))   pure, jitted by the trainer;
-                                           `warmup`: True / False (static) or the traced all-negative weight of
-                                           the hard-negative ramp (`mmjax.losses.maxmatch_objective`)
+A task implements `mmjax.train.task.Task` (what the trainer needs: `make_iterator`, `prepare_batch`,
+`float_inputs`, `phases`, `init_variables`, `loss`, `examples_per_step`, `export_info`) and, for the experiment,
+
     eval_context(variables, split, *, suites=True) -> dict
                                            what `mmjax.evaluation` evaluators consume on `split` (embedding
                                            functions and arrays, or a score matrix; suites = the ShapesWorld
                                            compositional records and pair scorer)
-    examples_per_step                      for throughput reports
-    export_info() -> dict                  (optional) what downstream jobs need to rebuild the model
 
 Data sources, tokenizers, pretrained encoders and the ShapesWorld suites context live in `mmjax.data`,
 `mmjax.models` and `mmjax.evaluation`; a task only wires them. Validation and the final evaluation both run the

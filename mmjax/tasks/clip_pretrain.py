@@ -18,16 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld
+from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld, with_global_caption_image
 from mmjax.losses import infonce_loss
 from mmjax.batching import batched_apply
 from mmjax.normalize import unit_normalize
 from mmjax.models.factory import build_shapesworld_clip
 from mmjax.models.frozen_clip import normalise_pixels
+from mmjax.train.task import select_keys, single_phase
 
 
 class CLIPPretrainTask:
     device_keys = ("images", "caption_ids", "caption_mask", "caption_image", "example_valid")
+    float_inputs = ("images",)
 
     def __init__(self, config, workdir: str = "."):
         del workdir
@@ -47,6 +49,12 @@ class CLIPPretrainTask:
     def make_iterator(self, start=(0, 0)):
         return BatchIterator(self.source_train, self.pipeline, start=start)
 
+    def prepare_batch(self, host_batch: dict) -> dict:
+        return select_keys(with_global_caption_image(host_batch), self.device_keys)
+
+    def phases(self, steps_per_epoch: int):
+        return single_phase()
+
     def export_info(self) -> dict:
         return {"task": "clip_pretrain", "clip_config": dataclasses.asdict(self.clip_config),
                 "tokenizer": "shapesworld", "max_len": self.tokenizer.max_len, "preset": self.config.data.preset,
@@ -62,7 +70,7 @@ class CLIPPretrainTask:
         cos = unit_normalize(out["image"]["global"]) @ unit_normalize(out["text"]["global"]).T
         return cos, jnp.minimum(out["logit_scale"], self.config.model.logit_scale_max)
 
-    def loss(self, params, extra, batch, rng, *, warmup: bool):
+    def loss(self, params, extra, batch, rng, phase):
         cos, scale = self._scores(params, batch)
         valid = batch["example_valid"]
         loss, parts = infonce_loss(scale * cos, batch["caption_image"], temperature=1.0, image_valid=valid,

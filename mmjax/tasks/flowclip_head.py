@@ -4,9 +4,10 @@ Features: `mmjax.models.feature_cache` directories (`data.cache_dir/{train,val}`
 on first use from the exported run of `configs/clip_shapes.py` (`data.clip_workdir`,
 `mmjax.models.frozen_clip`); for COCO they are built beforehand from a Hugging Face CLIP directory, Karpathy JSON and
 NegCLIP TSV by `scripts/cache_clip_features.py`. Batches: `mmjax.data.cached_records.CachedRecordIterator`. Model:
-`mmjax.models.flowclip_head.FlowCLIPHead` (parameters M, M_tok, W and the clipped logit scale), used through
-`apply`. Loss: `mmjax.flowclip.flowclip_objective` (HNB + λ_CIMR·CIMR; `flowclip.use_local=False` is Global-M,
-LABCLIP's head). Evaluation context: the head's score matrix over a split's cache, and on ShapesWorld the
+`mmjax.models.flowclip_head.FlowCLIPHead` (parameters M, M_tok, W and the clipped logit scale; options
+`mmjax.flowclip.FlowCLIPOptions` from `config.flowclip`), used through `apply` in training and evaluation alike.
+Loss: `mmjax.flowclip.flowclip_objective` on the head's scores (HNB + λ_CIMR·CIMR; `flowclip.use_local=False` is
+Global-M, LABCLIP's head). Evaluation context: the head's score matrix over a split's cache, and on ShapesWorld the
 compositional suites scored by the head over freshly encoded frozen-CLIP features.
 """
 
@@ -20,10 +21,12 @@ import numpy as np
 
 from mmjax.data.cached_records import CachedRecordIterator
 from mmjax.evaluation.scorers import pair_diagonal, shapesworld_suites_context
-from mmjax.flowclip import flowclip_objective
+from mmjax.evaluation.tiled import tiled_scores
+from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
 from mmjax.models.feature_cache import FeatureCache
 from mmjax.models.flowclip_head import FlowCLIPHead
 from mmjax.models.frozen_clip import FrozenShapesWorldCLIP, write_shapesworld_cache
+from mmjax.train.task import select_keys, single_phase
 
 
 def _frozen_clip(clip_workdir: str, split: str, max_tokens: int) -> FrozenShapesWorldCLIP:
@@ -35,18 +38,16 @@ def _frozen_clip(clip_workdir: str, split: str, max_tokens: int) -> FrozenShapes
 class FlowCLIPHeadTask:
     device_keys = ("img_global", "img_patches", "pos_global", "pos_tokens", "pos_valid", "neg_global",
                    "neg_tokens", "neg_token_valid", "neg_valid", "image_ids", "example_valid")
+    float_inputs = ()  # features stay as cached; the scorer computes in float32
 
     def __init__(self, config, workdir: str = "."):
         self.config = config
         self.workdir = workdir
+        self.options = FlowCLIPOptions.from_mapping(config.flowclip)
         d = config.data
         self.caches = {split: self._cache(split, with_negatives=split == "train") for split in ("train", d.val_split)}
         self.dim = self.caches["train"].meta["arrays"]["img_global"]["shape"][-1]
-        fc = config.flowclip
-        self.head = FlowCLIPHead(self.dim, alpha=fc.alpha, tau_p=fc.tau_p, pool=fc.pool, method=fc.all_pairs,
-                                 chunk_size=fc.score_chunk_images, chunk_budget_bytes=fc.score_chunk_bytes,
-                                 use_local=fc.use_local,
-                                 logit_scale_init=fc.logit_scale_init, logit_scale_max=fc.logit_scale_max)
+        self.head = FlowCLIPHead(self.dim, self.options)
         self.examples_per_step = d.batch_size
 
     def _cache(self, split: str, *, with_negatives: bool = False) -> FeatureCache:
@@ -62,16 +63,22 @@ class FlowCLIPHeadTask:
                 self, "caches") else d.clip_workdir
             if jax.process_index() == 0:
                 print(f"[flowclip] encoding ShapesWorld {split} with the frozen CLIP -> {directory}", flush=True)
-                clip = _frozen_clip(clip_workdir, split, self.config.flowclip.max_tokens)
+                clip = _frozen_clip(clip_workdir, split, self.options.max_tokens)
                 write_shapesworld_cache(clip, directory, split=split, with_negatives=with_negatives,
-                                        max_tokens=self.config.flowclip.max_tokens)
+                                        max_tokens=self.options.max_tokens)
         return FeatureCache(directory)
 
     def make_iterator(self, start=(0, 0)):
         return CachedRecordIterator(self.caches["train"], self.config.data.batch_size, self.config.seed, start)
 
+    def prepare_batch(self, host_batch: dict) -> dict:
+        return select_keys(host_batch, self.device_keys)
+
+    def phases(self, steps_per_epoch: int):
+        return single_phase()
+
     def export_info(self) -> dict:
-        return {"task": "flowclip_head", "dim": self.dim, "flowclip": self.config.flowclip.to_dict()}
+        return {"task": "flowclip_head", "dim": self.dim, "flowclip": self.options.to_dict()}
 
     @staticmethod
     def _texts(batch, prefix, valid_key):
@@ -81,13 +88,17 @@ class FlowCLIPHeadTask:
         image = {"global": batch["img_global"], "patches": batch["img_patches"]}
         return self.head.init(rng, image, self._texts(batch, "pos", "pos_valid"))
 
-    def loss(self, params, extra, batch, rng, *, warmup: bool):
-        scorer, scale = self.head.apply({"params": params}, method=lambda m: (m.scorer_params(), m.logit_scale()))
+    def loss(self, params, extra, batch, rng, phase):
+        del phase  # one phase: the heads have no warm-up
+        variables = {"params": params}
+        scale = self.head.apply(variables, method="logit_scale")
         objective_batch = {"image": {"global": batch["img_global"], "patches": batch["img_patches"]},
                            "pos_text": self._texts(batch, "pos", "pos_valid"),
                            "neg_text": self._texts(batch, "neg", "neg_token_valid"),
                            "image_ids": batch["image_ids"], "neg_valid": batch["neg_valid"]}
-        loss, metrics = flowclip_objective(scorer, scale, objective_batch, rng, self.config.flowclip)
+        loss, metrics = flowclip_objective(
+            lambda image, texts: self.head.apply(variables, image, texts, return_local=True), scale,
+            objective_batch, rng, self.options)
         metrics = {("loss/total" if k == "loss" else f"loss/{k}" if k in ("hnb", "cimr") else k): v
                    for k, v in metrics.items()}
         return loss, (metrics, extra)
@@ -103,17 +114,15 @@ class FlowCLIPHeadTask:
         return jax.jit(lambda p, img, txt: pair_diagonal(lambda i, t: self.head.apply({"params": p}, i, t), img, txt))
 
     def score_cache(self, params, cache: FeatureCache):
-        """Head scores [n_images, n_records] of every cached image against every record's positive caption."""
-        from mmjax.batching import pad_rows
+        """Head scores [n_images, n_records] of every cached image against every record's positive caption
+        (`mmjax.evaluation.tiled.tiled_scores`: all images × `eval_caption_chunk` captions per call)."""
         records = cache.records()
-        images = cache.images(np.arange(cache.num_images))
         pos = np.array([r["pos"] for r in records])
-        chunk = self.config.eval_caption_chunk
-        cols = []
-        for s in range(0, len(pos), chunk):
-            idx = pos[s:s + chunk]
-            cols.append(np.asarray(self._score(params, images, cache.texts(pad_rows(idx, chunk))))[:, :len(idx)])
-        return np.concatenate(cols, axis=1), np.array([r["image"] for r in records])
+        # Storage dtype (float16) on the host; the scorer casts each tile to float32.
+        images = cache.images(np.arange(cache.num_images), dtype=None)
+        sim = tiled_scores(functools.partial(self._score, params), images, cache.texts(pos, dtype=None),
+                           image_block=cache.num_images, text_block=self.config.eval_caption_chunk)
+        return sim, np.array([r["image"] for r in records])
 
     def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
         params = variables["params"]
@@ -122,7 +131,7 @@ class FlowCLIPHeadTask:
         context = {"similarity": sim, "caption_to_image": caption_to_image,
                    "score_name": "flowclip" if self.config.flowclip.use_local else "global_m"}
         if suites and self.config.data.name == "shapesworld":
-            clip = _frozen_clip(self.caches["train"].meta["clip_workdir"], split, self.config.flowclip.max_tokens)
+            clip = _frozen_clip(self.caches["train"].meta["clip_workdir"], split, self.options.max_tokens)
             context.update(shapesworld_suites_context(
                 clip.data, lambda idx: clip.encode_images(clip.data["images"][idx]), clip.encode_texts,
                 lambda img, txt: self._score_diagonal(params, img, txt)))

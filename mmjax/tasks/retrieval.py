@@ -12,22 +12,41 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from mmjax.data.pipeline import BatchIterator, PipelineConfig
+from mmjax.data.pipeline import BatchIterator, PipelineConfig, with_global_caption_image
 from mmjax.data.sources import RetrievalSplits
 from mmjax.batching import batched_apply
 from mmjax.evaluation.embed import keep_set_arrays
-from mmjax.evaluation.run import retrieval_kinds
 from mmjax.evaluation.scorers import set_pairs, shapesworld_suites_context
 from mmjax.losses import maxmatch_objective, similarity_options
 from mmjax.models.factory import build_retrieval_model
 from mmjax.models.pretrained import load_pretrained_text
+from mmjax.similarity import inference_kind
+from mmjax.train.task import Phase, select_keys
+
+
+def hard_negative_phases(warmup_epochs: float, ramp_epochs: float, steps_per_epoch: int) -> tuple[Phase, ...]:
+    """VSE0 warm-up (`loss.warmup_epochs`: `warmup` True, all negatives), the hard-negative ramp
+    (`loss.hard_negative_ramp_epochs`: the all-negative weight w = 1 − (step − start + 1) / length clipped to [0, 1],
+    a pure function of the step, so a resumed run recomputes it), then hardest negatives (False)
+    (docs/design.md#vse0-warmup). Empty phases are left out."""
+    warmup = int(warmup_epochs * steps_per_epoch)
+    ramp = int(round(ramp_epochs * steps_per_epoch))
+
+    def ramp_weight(step):
+        return 1.0 - jnp.clip((step - warmup + 1).astype(jnp.float32) / ramp, 0.0, 1.0)
+
+    phases = (Phase("warmup", 0, warmup, lambda step: True), Phase("ramp", warmup, warmup + ramp, ramp_weight),
+              Phase("hard", warmup + ramp, None, lambda step: False))
+    return tuple(p for p in phases if p.stop is None or p.stop > p.start)
 
 
 class RetrievalTask:
     device_keys = ("image_feats", "image_mask", "images", "caption_ids", "caption_mask", "caption_image",
                    "example_valid")
+    float_inputs = ("image_feats", "images")
 
     def __init__(self, config, workdir: str = "."):
         del workdir
@@ -60,6 +79,17 @@ class RetrievalTask:
     def make_iterator(self, start=(0, 0)):
         return BatchIterator(self.source_train, self.pipeline, start=start)
 
+    def prepare_batch(self, host_batch: dict) -> dict:
+        return select_keys(with_global_caption_image(host_batch), self.device_keys)
+
+    def phases(self, steps_per_epoch: int) -> tuple[Phase, ...]:
+        loss = self.config.loss
+        return hard_negative_phases(loss.get("warmup_epochs", 0), loss.get("hard_negative_ramp_epochs", 0.0),
+                                    steps_per_epoch)
+
+    def export_info(self) -> dict:
+        return {}
+
     # ---- model inputs ---------------------------------------------------------------------------------------
     def _image_inputs(self, batch):
         if self.regions:
@@ -72,14 +102,16 @@ class RetrievalTask:
                                     batch["caption_mask"], train=False)
         return self.pretrained.apply(variables)
 
-    def loss(self, params, extra, batch, rng, *, warmup: bool):
+    def loss(self, params, extra, batch, rng, phase):
+        """`phase`: True in the VSE0 warm-up, the traced all-negative weight in the ramp, False after
+        (`mmjax.losses.maxmatch_objective`'s `warmup`)."""
         images, mask = self._image_inputs(batch)
         out, updates = self.model.apply({"params": params, **extra}, images, mask, batch["caption_ids"],
                                         batch["caption_mask"], train=True, mutable=list(extra.keys()),
                                         rngs={"dropout": rng})
         valid = batch["example_valid"]
         loss, metrics = maxmatch_objective(out["image"], out["text"], batch["caption_image"], self.config.loss,
-                                           warmup=warmup, image_valid=valid,
+                                           warmup=phase, image_valid=valid,
                                            caption_valid=valid[batch["caption_image"]],
                                            matching=self.config.get("matching"))
         return loss, (metrics, updates)
@@ -114,7 +146,7 @@ class RetrievalTask:
                                                      jit=False))
 
             loss = self.config.loss
-            kind = retrieval_kinds(loss.similarity)[0]  # the inference score (MaxMatch: top-k)
+            kind = inference_kind(loss.similarity)  # MaxMatch: top-k
             score = set_pairs(kind, **similarity_options(loss, self.config.get("matching")))
             context.update(shapesworld_suites_context(data, encode_images, encode_texts, score))
         return context

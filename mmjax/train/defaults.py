@@ -14,6 +14,7 @@ final_eval.
 
 import ml_collections
 
+from mmjax.flowclip.options import FlowCLIPOptions
 from mmjax.losses import maxmatch_loss_config
 
 
@@ -152,7 +153,8 @@ FLOWCLIP_HEADS = {"flowclip_cimr": (True, 0.1), "flowclip_hnb": (True, 0.0), "gl
 
 def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
     """Flow-CLIP heads on frozen features (docs/design.md#flowclip-training, LABCLIP recipe): Adam 1e-3, no weight decay
-    or schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = the spec's project defaults.
+    or schedule, 5 epochs, batch 1024 (GPU) / 256 (CPU default here); `flowclip.*` = `mmjax.flowclip.FlowCLIPOptions`'s
+    defaults (the project defaults).
 
     `variant`: comma-separated head (`FLOWCLIP_HEADS`: {Flow-CLIP, Global-M} × {HNB + CIMR, HNB}; default
     flowclip_cimr) and optionally `cpu` (the 2-core budget: batch 64, 300 steps) or `smoke` (the test size), e.g.
@@ -168,11 +170,7 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
     c.seed = 0
     c.data = dict(name="shapesworld", clip_workdir="workdir/clip_shapes", cache_dir="", val_split="val",
                   batch_size=256)
-    c.flowclip = dict(alpha=1.0, tau_p=0.02, pool="logsumexp", lambda_cimr=0.1, cimr_kappa="logit_scale",
-                      cimr_kappa_stop_grad=True, mask_invalid_negatives=True, use_local=True, donor_tries=4,
-                      # score_chunk_images 0: the image chunk comes from the byte budget (chunk_for_budget)
-                      score_chunk_images=0, score_chunk_bytes=32 << 20, all_pairs="gram", max_tokens=32,
-                      logit_scale_init=1 / 0.07, logit_scale_max=100.0)
+    c.flowclip = FlowCLIPOptions().to_dict()  # every flowclip.* field at its one default (mmjax.flowclip.options)
     c.optim = optim_config(name="adam", lr=1e-3, schedule="constant", warmup_steps=0, clip_norm=None)
     c.train = train_config(num_epochs=5, eval_every=0, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()

@@ -3,7 +3,8 @@
 Per step: the pipeline yields this process's rows of the global batch (a pure function of (seed, epoch, step)); they
 become global `jax.Array`s sharded over the mesh's batch axes; the step computes the loss over the whole global
 batch (the B×cB similarity is global — XLA all-gathers what it needs), applies the optimiser and returns metrics.
-The VSE0 warm-up is a static flag: two compiled steps at most.
+The task (`mmjax.train.task.Task`) prepares each batch and names its training phases (e.g. the VSE0
+warm-up, the hard-negative ramp, hardest negatives), each compiled as its own step when first reached.
 
 Checkpoints (Orbax, async) hold the state, the data position and the config; a restarted run resumes from the
 newest intact checkpoint (`Checkpointer.resume`: verified, damaged steps set aside) and reproduces the uninterrupted
@@ -34,6 +35,7 @@ from mmjax.train.optim import make_optimizer
 from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
 from mmjax.models.factory import count_params
 from mmjax.train.state import TrainState, abstract_with_shardings, create_train_state
+from mmjax.train.task import Phase
 
 
 class NonFiniteLossError(RuntimeError):
@@ -44,28 +46,21 @@ def _cast_floating(tree, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-def make_train_step(task, tx, *, warmup: bool, ramp: tuple[int, int] | None = None,
-                    compute_dtype: str = "float32"):
-    """The pure step. `compute_dtype='bfloat16'` runs the model on bf16 copies of the f32 params and inputs.
-
-    `warmup` (static) selects the VSE0 all-negative triplet; `ramp=(start, length)` instead makes the task's
-    `warmup` a traced weight computed from `state.step` — 1 − (step − start + 1) / length, clipped to [0, 1] — so
-    the hard-negative ramp is a pure function of the step and resumes exactly (docs/design.md#vse0-warmup).
-    """
+def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32"):
+    """The pure step of one training `phase` (`mmjax.train.task`). `compute_dtype='bfloat16'` runs the model on bf16
+    copies of the f32 params and of the task's `float_inputs`."""
+    float_inputs = tuple(task.float_inputs)
 
     def step(state: TrainState, batch: dict, rng):
-        phase = warmup
-        if ramp is not None:
-            start, length = ramp
-            phase = 1.0 - jnp.clip((state.step - start + 1).astype(jnp.float32) / length, 0.0, 1.0)
+        phase_value = phase.value(state.step)
 
         def loss_fn(params):
             p, b = params, batch
             if compute_dtype != "float32":
                 p = _cast_floating(params, jnp.dtype(compute_dtype))
-                b = {k: (v.astype(compute_dtype) if k in ("image_feats", "images") and
-                         jnp.issubdtype(v.dtype, jnp.floating) else v) for k, v in batch.items()}
-            return task.loss(p, state.extra, b, rng, warmup=phase)
+                b = {k: (v.astype(compute_dtype) if k in float_inputs and jnp.issubdtype(v.dtype, jnp.floating)
+                         else v) for k, v in batch.items()}
+            return task.loss(p, state.extra, b, rng, phase_value)
 
         (loss, (metrics, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -77,24 +72,10 @@ def make_train_step(task, tx, *, warmup: bool, ramp: tuple[int, int] | None = No
     return step
 
 
-def _global_caption_image(batch: dict) -> dict:
-    """Local caption→image indices become indices into the global (all-process) image batch."""
-    if "caption_image" not in batch:
-        return batch
-    b = dict(batch)
-    local_images = len(b["example_valid"])
-    b["caption_image"] = (b["caption_image"] + jax.process_index() * local_images).astype(np.int32)
-    return b
-
-
 def _fire(hooks, event: str, step: int):
     if jax.process_index() == 0:
         for hook in hooks:
             hook(event, step)
-
-
-def _device_batch(batch: dict, keys) -> dict:
-    return {k: batch[k] for k in keys if k in batch}
 
 
 def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None = None,
@@ -137,13 +118,9 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     data = task.make_iterator((0, 0))
     steps_per_epoch = data.steps_per_epoch
     total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
-    warmup_steps = int(config.loss.get("warmup_epochs", 0) * steps_per_epoch) if "loss" in config else 0
-    ramp_steps = int(round(config.loss.get("hard_negative_ramp_epochs", 0.0) * steps_per_epoch)) \
-        if "loss" in config else 0
+    phases = tuple(task.phases(steps_per_epoch))
     eval_every = steps_per_epoch if config.train.get("eval_every_epoch") else int(config.train.eval_every)
-    sample = data.batch_at(0, 0)
-    device_keys = [k for k in task.device_keys if k in sample]
-    sample = _device_batch(_global_caption_image(sample), device_keys)
+    sample = task.prepare_batch(data.batch_at(0, 0))
 
     params_shape = jax.eval_shape(lambda r: task.init_variables(r, sample), jax.random.PRNGKey(0))["params"]
     tx, schedule = make_optimizer(config.optim, params_shape, total_steps)
@@ -154,8 +131,7 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     position = (0, 0)
     best_rsum = -math.inf
     config_json = json.loads(config.to_json_best_effort())
-    export_base = {"task": config.task, **(export_info or {}),
-                   **(task.export_info() if hasattr(task, "export_info") else {})}
+    export_base = {"task": config.task, **(export_info or {}), **task.export_info()}
 
     def check_saved_config(meta):
         if "config" in meta and check_resume is not None:  # checkpoints from before configs were recorded: none
@@ -177,17 +153,17 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     data = task.make_iterator(position)
 
     b_shard = batch_sharding(mesh, batch_axes)
-    in_shardings = (state_shardings, {k: b_shard for k in device_keys}, replicated(mesh))
+    in_shardings = (state_shardings, {k: b_shard for k in sample}, replicated(mesh))
     out_shardings = (state_shardings, replicated(mesh))
-    # Three phases, each its own (lazily compiled) step: VSE0 warm-up, the hard-negative ramp, hardest negatives.
-    phase_kw = {"warmup": dict(warmup=True), "ramp": dict(warmup=False, ramp=(warmup_steps, max(ramp_steps, 1))),
-                "hard": dict(warmup=False)}
-    steps = {name: jax.jit(make_train_step(task, tx, **kw, compute_dtype=config.train.compute_dtype),
-                           in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,))
-             for name, kw in phase_kw.items()}
+    # One step function per phase (`Task.phases`), compiled when the phase is first reached.
+    steps = [jax.jit(make_train_step(task, tx, p, compute_dtype=config.train.compute_dtype),
+                     in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,)) for p in phases]
 
-    def phase(step):
-        return "warmup" if step < warmup_steps else "ramp" if step < warmup_steps + ramp_steps else "hard"
+    def step_fn(step):
+        for p, fn in zip(phases, steps):
+            if p.covers(step):
+                return fn
+        raise ValueError(f"no phase of the task covers step {step}: {phases}")
 
     writer = MetricWriter(workdir, enabled=is_lead, resume_step=start_step)
     progress = Progress(total_steps, start_step, task.examples_per_step, enabled=is_lead,
@@ -204,10 +180,9 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     pending = []
     t_last = time.time()
     for step in range(start_step, total_steps):
-        batch = _device_batch(_global_caption_image(next(data)), device_keys)
-        batch = shard_batch(batch, mesh, batch_axes)
+        batch = shard_batch(task.prepare_batch(next(data)), mesh, batch_axes)
         step_rng = jax.random.fold_in(state.rng, step)
-        state, metrics = steps[phase(step)](state, batch, step_rng)
+        state, metrics = step_fn(step)(state, batch, step_rng)
         pending.append(metrics)
         done = step + 1
         # Metrics are fetched (and checked for finiteness) before every checkpoint, so none holds a diverged state.

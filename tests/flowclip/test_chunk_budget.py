@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import mmjax.flowclip as fc
-from mmjax.flowclip.all_pairs import chunk_for_budget, DEFAULT_CHUNK_BUDGET_BYTES
+from mmjax.flowclip.all_pairs import chunk_for_budget
+from mmjax.flowclip.options import DEFAULTS
 
 TAU = 0.02
 
@@ -30,7 +31,7 @@ def inputs(seed, bi, bt, l_tok, n, d):
 
 def test_chunk_arithmetic():
     per_image = 4 * 9 * 64 * 16 * 49  # bytes of one image's Gram activation: 9 float32 [Bt, L, N]
-    assert chunk_for_budget(DEFAULT_CHUNK_BUDGET_BYTES, 64, 64, 16, 49, 512) == (32 << 20) // per_image == 18
+    assert chunk_for_budget(DEFAULTS.score_chunk_bytes, 64, 64, 16, 49, 512) == (32 << 20) // per_image == 18
     assert chunk_for_budget(per_image * 5 + per_image - 1, 64, 64, 16, 49, 512) == 5  # floor
     assert chunk_for_budget(1, 64, 64, 16, 49, 512) == 1  # never 0
     assert chunk_for_budget(1 << 40, 64, 64, 16, 49, 512) == 64  # never more than Bi

@@ -159,9 +159,14 @@ def head_params(d=8, seed=0):
             "W": jnp.asarray(rng.normal(size=(d, d)) / np.sqrt(d))}
 
 
+def scorer(params, **options):
+    """The score function the objective takes: F1 with its local term (`score_pairs(..., return_local=True)`)."""
+    return functools.partial(fc.score_pairs, params, return_local=True, **options)
+
+
 def test_objective_matches_explicit_rescoring():
     batch, params, rng = batch_inputs(0), head_params(), jax.random.key(5)
-    loss, metrics = jax.jit(fc.flowclip_objective)(params, SCALE, batch, rng)
+    loss, metrics = jax.jit(lambda p, s, b, r: fc.flowclip_objective(scorer(p), s, b, r))(params, SCALE, batch, rng)
     b, img = 6, batch["image"]
     ref = lambda i, txt, t: fc.score_pair_reference(  # noqa: E731
         params, {k: v[i] for k, v in img.items()}, {k: v[t] for k, v in txt.items()})
@@ -178,7 +183,9 @@ def test_objective_matches_explicit_rescoring():
 def test_global_m_objective_is_labclip_head():
     batch, params = batch_inputs(1), head_params(seed=1)
     batch["image_ids"], batch["neg_valid"] = np.arange(6), np.ones(6, bool)
-    loss, _ = fc.flowclip_objective({"M": params["M"]}, SCALE, batch, config={"use_local": False, "lambda_cimr": 0})
+    loss, metrics = fc.flowclip_objective(scorer({"M": params["M"]}, use_local=False), SCALE, batch,
+                                          options={"lambda_cimr": 0})
+    assert "mean_abs_s_local" not in metrics  # Global-M has no local branch: nothing to log
     texts = {k: np.concatenate([batch["pos_text"][k], batch["neg_text"][k]]) for k in ("global",)}
     s = np.asarray(fc.global_m_score(params, batch["image"], texts))
     np.testing.assert_allclose(loss, labclip_loss(s[:, :6], s[:, 6:], SCALE), rtol=1e-5)
@@ -188,7 +195,8 @@ def test_cimr_kappa_stop_gradient():
     batch, params, rng = batch_inputs(2), head_params(seed=2), jax.random.key(0)
 
     def dscale(**cfg):
-        return jax.grad(lambda sc: fc.flowclip_objective(params, sc, batch, rng, **cfg)[0])(jnp.float32(SCALE))
+        return jax.grad(lambda sc: fc.flowclip_objective(scorer(params), sc, batch, rng, **cfg)[0])(
+            jnp.float32(SCALE))
 
     hnb_only = dscale(lambda_cimr=0.0)
     np.testing.assert_allclose(dscale(), hnb_only, rtol=1e-6)  # default: κ under stop_gradient
@@ -197,14 +205,17 @@ def test_cimr_kappa_stop_gradient():
 
 def test_objective_config_errors():
     batch, params = batch_inputs(3), head_params()
-    with pytest.raises(TypeError, match="unknown flowclip objective option"):
-        fc.flowclip_objective(params, SCALE, batch, jax.random.key(0), lambda_cmir=0.1)
+    with pytest.raises(TypeError, match="unknown flowclip option"):
+        fc.flowclip_objective(scorer(params), SCALE, batch, jax.random.key(0), lambda_cmir=0.1)
     with pytest.raises(ValueError, match="flowclip.pool"):
-        fc.flowclip_objective(params, SCALE, batch, jax.random.key(0), pool="max")
+        fc.flowclip_objective(scorer(params), SCALE, batch, jax.random.key(0), pool="max")
     with pytest.raises(ValueError, match="needs rng"):
-        fc.flowclip_objective(params, SCALE, batch, None)
-    # Unrelated flowclip.* fields (owned by other components) are accepted.
-    fc.flowclip_objective(params, SCALE, batch, jax.random.key(0), config={"logit_scale_init": 14.3, "alpha": 0.5})
+        fc.flowclip_objective(scorer(params), SCALE, batch, None)
+    with pytest.raises(ValueError, match="shape"):  # a score function that does not score B × 2B
+        fc.flowclip_objective(lambda i, t: (jnp.zeros((6, 6)), None), SCALE, batch, jax.random.key(0))
+    # Every flowclip.* field is an option (scoring and head fields are accepted, and belong to score_fn).
+    fc.flowclip_objective(scorer(params), SCALE, batch, jax.random.key(0),
+                          options={"logit_scale_init": 14.3, "alpha": 0.5})
 
 
 def test_loss_shape_errors():

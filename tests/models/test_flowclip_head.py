@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mmjax.flowclip import score_pair_reference
+from mmjax.flowclip import FlowCLIPOptions, score_pair_reference
 from mmjax.models.flowclip_head import FlowCLIPHead
 
 D, N, L = 8, 5, 6
@@ -50,7 +50,7 @@ def test_scores_match_algorithm_1_for_trained_params(alpha, tau_p):
     params = {"M": np.eye(D) + 0.3 * rng.normal(size=(D, D)), "M_tok": np.eye(D) + 0.3 * rng.normal(size=(D, D)),
               "W": 0.5 * rng.normal(size=(D, D)), "log_logit_scale": np.float32(math.log(20.0))}
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
-    head = FlowCLIPHead(dim=D, alpha=alpha, tau_p=tau_p, chunk_size=2)
+    head = FlowCLIPHead(dim=D, options=FlowCLIPOptions(alpha=alpha, tau_p=tau_p, score_chunk_images=2))
     scores = np.asarray(jax.jit(head.apply)({"params": params}, image, text))
     scorer = {k: params[k] for k in ("M", "M_tok", "W")}
     for i in range(3):
@@ -59,7 +59,8 @@ def test_scores_match_algorithm_1_for_trained_params(alpha, tau_p):
                                        jax.tree.map(lambda x: x[t], text), alpha=alpha, tau_p=tau_p)
             np.testing.assert_allclose(scores[i, t], ref, atol=1e-5)
     # Global-M ignores the local branch: equals v̂ · norm(M t̂) computed here in numpy.
-    global_m = FlowCLIPHead(dim=D, use_local=False).apply({"params": params}, image, {"global": text["global"]})
+    global_m = FlowCLIPHead(dim=D, options=FlowCLIPOptions(use_local=False)).apply(
+        {"params": params}, image, {"global": text["global"]})
     m_t = _unit(_unit(text["global"]) @ np.asarray(params["M"]).T)
     np.testing.assert_allclose(global_m, _unit(image["global"]) @ m_t.T, atol=1e-5)
 
@@ -86,3 +87,22 @@ def test_gradients_reach_m_and_w_at_init():
     assert np.abs(grads["M"]).max() > 0 and np.abs(grads["W"]).max() > 0
     # ∂s/∂M_tok = 0 while W = 0 (docs/design.md#icer); the Gram form leaves float32 rounding of ~1e-8.
     np.testing.assert_allclose(grads["M_tok"], 0.0, atol=1e-6)
+
+
+def test_return_local_splits_f1_and_options_have_one_default():
+    """`return_local=True` gives (s, s_L) with s = s_G + α·s_L (what the objective logs and trains on); Global-M
+    returns s_L None. The head's defaults are `FlowCLIPOptions()`'s, and a mapping with an unknown field is refused."""
+    image, text = _features(4)
+    alpha = 0.7
+    head = FlowCLIPHead(dim=D, options=FlowCLIPOptions.from_mapping({"alpha": alpha}))
+    params = head.init(jax.random.PRNGKey(0), image, text)["params"]
+    params = {**params, "W": jnp.asarray(np.random.default_rng(5).normal(size=(D, D)), jnp.float32)}
+    s, s_local = head.apply({"params": params}, image, text, return_local=True)
+    s_global = FlowCLIPHead(dim=D, options=FlowCLIPOptions(use_local=False)).apply(
+        {"params": params}, image, text, return_local=True)
+    assert s_global[1] is None
+    np.testing.assert_allclose(s, s_global[0] + alpha * s_local, atol=1e-6)
+    assert np.abs(np.asarray(s_local)).max() > 1e-4  # W ≠ 0: the local term is really there
+    assert FlowCLIPHead(dim=D).options == FlowCLIPOptions()
+    with pytest.raises(TypeError, match="unknown flowclip option"):
+        FlowCLIPOptions.from_mapping({"alpha": 1.0, "tau": 0.1})

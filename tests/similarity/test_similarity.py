@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mmjax.similarity import (KINDS, block_similarity, pairwise_set_similarity,
-                              pairwise_set_similarity_chunked)
+from mmjax.similarity import KINDS, block_similarity, inference_kind, pairwise_set_similarity, reported_kinds
 
 
 def unit(x):
@@ -213,15 +212,21 @@ def test_maxmatch_gradient_wrt_sets_is_chain_rule_through_c():
 
 
 @pytest.mark.parametrize("kind", DETERMINISTIC)
-def test_all_pairs_equals_per_pair_loop_and_chunked(kind):
+def test_all_pairs_equals_per_pair_loop(kind):
     a, b = sets(13, ba=7, bb=9)
     full = np.asarray(pairwise_set_similarity(a, b, kind))
     loop = np.array([[float(pairwise_set_similarity(a[i:i + 1], b[n:n + 1], kind)[0, 0]) for n in range(9)]
                      for i in range(7)])
     np.testing.assert_allclose(full, loop, atol=1e-6)
-    for max_blocks in (1, 5, 16, 1000):
-        chunked = jax.jit(lambda x, y: pairwise_set_similarity_chunked(x, y, kind, max_blocks=max_blocks))(a, b)
-        np.testing.assert_allclose(chunked, full, atol=1e-6)
+
+
+def test_inference_kind_rule():
+    """A MaxMatch (S_H) model is scored at inference by top-k; every other kind by itself; unknown kinds refused."""
+    assert inference_kind("maxmatch") == "maxmatch_topk"
+    assert reported_kinds("maxmatch") == ("maxmatch_topk", "maxmatch")
+    assert all(inference_kind(k) == k and reported_kinds(k) == (k,) for k in KINDS if k != "maxmatch")
+    with pytest.raises(ValueError, match="unknown similarity kind"):
+        inference_kind("S_H")
 
 
 def test_sinkhorn_soft_approaches_maxmatch_linear():

@@ -22,7 +22,7 @@ def random_weights_rsum():
     config.data.preset, config.data.batch_size = "tiny", 32
     task = RetrievalTask(config)
     batch = BatchIterator(task.source_val, task.pipeline).batch_at(0, 0)
-    variables = task.init_variables(jax.random.PRNGKey(0), {k: batch[k] for k in task.device_keys if k in batch})
+    variables = task.init_variables(jax.random.PRNGKey(0), task.prepare_batch(batch))
     from mmjax.experiment import make_validator
     return make_validator(config, task)(variables)["rsum"]  # the same evaluator as the run's validation
 

@@ -65,23 +65,31 @@ def test_bfloat16_compute_trains(tmp_path):
 
 
 def test_ramp_weight_follows_the_state_step():
-    """`make_train_step(ramp=(start, length))` hands the task w = 1 − (step − start + 1)/length clipped to [0, 1],
-    computed from the state's step (so a resumed run continues the ramp); the static phases hand True / False."""
+    """The retrieval phases (`hard_negative_phases`): warm-up hands the task True, the ramp w = 1 − (step − start +
+    1)/length clipped to [0, 1] computed from the state's step inside the jitted step (so a resumed run continues the
+    ramp), then False; `make_train_step` runs each phase's value."""
     import optax
+    from mmjax.tasks.retrieval import hard_negative_phases
     from mmjax.train.loop import make_train_step
     from mmjax.train.state import TrainState
 
     class WeightTask:  # loss = w · x: the gradient step is visible, and the metric is the weight the step saw
-        def loss(self, params, extra, batch, rng, *, warmup):
-            w = jnp.asarray(warmup, jnp.float32)
+        float_inputs = ()
+
+        def loss(self, params, extra, batch, rng, phase):
+            w = jnp.asarray(phase, jnp.float32)
             return w * params["x"], ({"w": w}, extra)
 
     tx = optax.sgd(0.0)
     state = lambda s: TrainState(step=jnp.int32(s), params={"x": jnp.float32(1.0)}, extra={},
                                  opt_state=tx.init({"x": jnp.float32(1.0)}), rng=jax.random.PRNGKey(0))
-    ramp = jax.jit(make_train_step(WeightTask(), tx, warmup=False, ramp=(10, 4)))
-    seen = [float(ramp(state(s), {}, jax.random.PRNGKey(0))[1]["w"]) for s in (9, 10, 11, 13, 14)]
+    warmup, ramp, hard = hard_negative_phases(1, 0.4, steps_per_epoch=10)
+    assert [(p.name, p.start, p.stop) for p in (warmup, ramp, hard)] == [("warmup", 0, 10), ("ramp", 10, 14),
+                                                                         ("hard", 14, None)]
+    ramp_step = jax.jit(make_train_step(WeightTask(), tx, ramp))
+    seen = [float(ramp_step(state(s), {}, jax.random.PRNGKey(0))[1]["w"]) for s in (9, 10, 11, 13, 14)]
     np.testing.assert_allclose(seen, [1.0, 0.75, 0.5, 0.0, 0.0])
-    for warmup, w in ((True, 1.0), (False, 0.0)):
-        step = jax.jit(make_train_step(WeightTask(), tx, warmup=warmup))
+    for phase, w in ((warmup, 1.0), (hard, 0.0)):
+        step = jax.jit(make_train_step(WeightTask(), tx, phase))
         assert float(step(state(0), {}, jax.random.PRNGKey(0))[1]["w"]) == w
+    assert [p.name for p in hard_negative_phases(0, 0.0, 10)] == ["hard"]  # empty phases are left out
