@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 venv=${1:-.venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 . "$venv/bin/activate"
-python -m pip install -q --upgrade pip
+# setuptools >= 70.1 (bdist_wheel built in): tests/project/test_wheel_install.py builds the wheel offline
+# (--no-build-isolation), and a Python 3.11 venv starts with setuptools 65 and no `wheel`.
+python -m pip install -q --upgrade pip "setuptools>=70.1"
 python -m pip install -q -r requirements.txt
 # Notebook tooling (jupytext, nbclient, ipykernel, jupyter): the notebooks' tests execute them in a fresh kernel.
 python -m pip install -q -r requirements-notebooks.txt
