@@ -19,7 +19,8 @@ import os
 import jax
 
 from mmjax.config_validation import check_export_matches, check_resume, recorded_config, validate
-from mmjax.evaluation.run import flat_retrieval_metrics, run_evals, write_results
+from mmjax.evaluation.evaluators.retrieval import flat_metrics
+from mmjax.evaluation.run import DEFAULT_EVALS, run_evals, write_results
 from mmjax.losses import similarity_options
 from mmjax.tasks import build_task
 from mmjax.train.export import load_exported
@@ -37,7 +38,7 @@ def scoring(config) -> dict:
 
 def validation_evals(config) -> dict:
     """The evaluators run every validation: the config's retrieval evaluator(s), exactly as configured."""
-    evals = dict(config.get("evals") or {"retrieval": {"type": "retrieval"}})
+    evals = dict(config.get("evals") or DEFAULT_EVALS)
     chosen = {k: v for k, v in evals.items() if dict(v).get("type", k) == "retrieval"}
     if not chosen:
         raise ValueError("config.evals has no 'retrieval' evaluator to validate with (set config.train.eval_every=0 "
@@ -54,7 +55,7 @@ def make_validator(config, task):
         context = task.eval_context(variables, split, suites=False)
         results = run_evals(evals, context, **score)
         name = next(iter(evals))
-        return flat_retrieval_metrics(results[name], primary=score.get("similarity"))
+        return flat_metrics(results[name], primary=score.get("similarity"))
 
     return validate
 
@@ -101,7 +102,7 @@ def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbo
         split = split or config.get("eval_split", "test")
         task = task or build_task(config, workdir)
         context = task.eval_context(variables, split)
-    results = run_evals(config.get("evals") or {"retrieval": {"type": "retrieval"}}, context, **scoring(config),
+    results = run_evals(config.get("evals"), context, **scoring(config),
                         plot_dir=os.path.join(out_dir, "plots"),
                         metrics_jsonl=os.path.join(workdir, "metrics.jsonl"))
     header = {"split": split, "task": config.get("task") or config.get("pretrained")}

@@ -23,7 +23,7 @@ Writes one `mmjax.models.feature_cache` directory per split under `--out`:
 
 Texts: the captions in record order, then the distinct negative strings. Images are read, preprocessed
 (`mmjax.data.clip_preprocess`, at the checkpoint's ``vision_config.image_size``) and encoded one batch at a time;
-arrays are float16 and text states keep ``max_tokens`` = 32 positions. Progress (rate, ETA) is printed per phase.
+arrays are float16 and text states keep ``max_tokens`` positions (`flowclip.max_tokens`). Progress (rate, ETA) is printed per phase.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from mmjax.batching import progress
 from mmjax.data.clip_preprocess import CLIP_MEAN, CLIP_STD, ClipImageSequence
 from mmjax.data.readers import karpathy, negclip_tsv
 from mmjax.data.readers._common import pre_caption
+from mmjax.flowclip.options import DEFAULTS
 from mmjax.models.feature_cache import clip_encoders, write_feature_cache
 from mmjax.models.hf import load_hf_clip
 
@@ -118,8 +119,8 @@ def _image_id(identity: str, index: int) -> int:
 
 
 def build_split_cache(directory: str, dataset, clip, *, negatives=None, neg_pick: str = "first", seed: int = 0,
-                      batch_size: int = 64, max_tokens: int = 32, dtype=np.float16, num_workers: int | None = None,
-                      overwrite: bool = False, extra_meta: dict | None = None,
+                      batch_size: int = 64, max_tokens: int = DEFAULTS.max_tokens, dtype=np.float16,
+                      num_workers: int | None = None, overwrite: bool = False, extra_meta: dict | None = None,
                       log: Callable[[str], None] = print, progress_every_s: float = 10.0) -> dict[str, Any]:
     """Encode one `RetrievalDataset` (image paths + captions) into `directory`; returns the cache's meta dict.
 
@@ -188,8 +189,8 @@ def build_split_cache(directory: str, dataset, clip, *, negatives=None, neg_pick
 def build_coco_caches(clip_dir: str | os.PathLike, karpathy_json: str | os.PathLike, image_root: str | os.PathLike,
                       out: str | os.PathLike, *, negclip_tsv: str | os.PathLike | None = None,
                       splits: Sequence[str] = ("train", "val"), neg_pick: str = "first", seed: int = 0,
-                      captions_per_image: int = 5, batch_size: int = 64, max_tokens: int = 32, dtype=np.float16,
-                      num_workers: int | None = None, missing_images: str = "error", overwrite: bool = False,
+                      captions_per_image: int = 5, batch_size: int = 64, max_tokens: int = DEFAULTS.max_tokens,
+                      dtype=np.float16, num_workers: int | None = None, missing_images: str = "error", overwrite: bool = False,
                       log: Callable[[str], None] = print, progress_every_s: float = 10.0) -> dict[str, dict]:
     """Write ``out/<split>`` for every Karpathy split in `splits` (negatives only for 'train'); returns
     {split: meta}. See the module docstring for records, matching and counts."""
@@ -244,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--neg_pick", default="first", choices=NEG_PICKS)
     parser.add_argument("--seed", type=int, default=0, help="seed for --neg_pick random")
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--max_tokens", type=int, default=32)
+    parser.add_argument("--max_tokens", type=int, default=DEFAULTS.max_tokens)
     parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
     parser.add_argument("--num_workers", type=int, default=None, help="image decoding threads (default ≤ 8)")
     parser.add_argument("--missing_images", default="error", choices=("error", "skip"),

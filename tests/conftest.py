@@ -2,8 +2,8 @@
 
 Tests never download anything (HF_HUB_OFFLINE=1) and compare numbers at float32 reference precision:
 `jax_default_matmul_precision` is set to "float32" for the whole session (TF32 or bf16 passes on accelerators
-would otherwise change float32 matmuls). Tests that need several devices run in a subprocess with
-`XLA_FLAGS=--xla_force_host_platform_device_count=8` (see `tests/multidevice_util.py` when present).
+would otherwise change float32 matmuls). Tests that need several devices run a worker in a subprocess with
+`XLA_FLAGS=--xla_force_host_platform_device_count=8` set before jax is imported there (`tests/train/helpers.py`).
 """
 
 import os

@@ -27,11 +27,6 @@ def _evaluators():
     return tuple(EVALUATORS)
 
 
-def _conditions():
-    from mmjax.evaluation.controls import CONDITIONS
-    return CONDITIONS
-
-
 def _readers():
     from mmjax.evaluation.hf_clip import COMPOSITIONAL_READERS
     return COMPOSITIONAL_READERS
@@ -51,14 +46,11 @@ PRETRAINED = ("hf_clip",)                                    # mmjax.experiment 
 
 COMMON = {
     "seed": Int(ge=0), "data.batch_size": Int(ge=1), "data.prefetch": Int(ge=0), "data.seed": Int(ge=0),
-    "eval_split": NAME, "eval_max_blocks": Int(ge=1), "eval_caption_chunk": Int(ge=1), "final_eval": BOOL,
-    # mmjax.evaluation.registry
-    "evals.*.type": Choice(_evaluators), "evals.*.kinds": Each(Choice(similarity.KINDS), nonempty=True),
-    "evals.*.kind": Choice(similarity.KINDS), "evals.*.batch_size": Int(ge=1), "evals.*.keep_scores": BOOL,
-    "evals.*.folder": STR, "evals.*.conditions": Each(Choice(_conditions), nonempty=True),
-    "evals.*.embedding_plot": Choice(("pca", "tsne")), "evals.*.fold_counts": Each(Int(ge=1), nonempty=True),
+    "eval_split": NAME, "eval_caption_chunk": Int(ge=1), "final_eval": BOOL,
+    # mmjax.evaluation.registry: the evaluator types; each checks its own options (`_eval_options` below)
+    "evals": MAPPING, "evals.*": MAPPING, "evals.*.type": Choice(_evaluators),
     # mmjax.similarity.block_similarity options of an evaluator (the run's own are derived from config.loss)
-    "evals.*.similarity_kw": MAPPING, "evals.*.similarity_kw.alpha": Num(gt=0), "evals.*.similarity_kw.s_h": Num(),
+    "evals.*.similarity_kw.alpha": Num(gt=0), "evals.*.similarity_kw.s_h": Num(),
     "evals.*.similarity_kw.match_on": Choice(("cos", "transformed")),
     "evals.*.similarity_kw.solver": Choice(ASSIGNMENT_SOLVERS), "evals.*.similarity_kw.topk_k": Int(ge=1),
 }
@@ -245,6 +237,20 @@ def _clip_shapes(c):
         yield "model.image_size", f"must be {SHAPESWORLD_IMAGE_SIZE}, the size of ShapesWorld images"
 
 
+def _eval_options(c):
+    from mmjax.evaluation.registry import option_problems
+    for name, options in c["evals"].items():
+        if not isinstance(options, dict):
+            continue
+        kind = options.get("type", name)
+        if kind not in _evaluators():
+            if "type" not in options:  # a present but unknown type is reported by its own rule
+                yield f"evals.{name}.type", f"is missing and {name!r} names no evaluator; choose one of {_evaluators()}"
+            continue
+        for option, message in option_problems(kind, options):
+            yield (f"evals.{name}.{option}" if option else f"evals.{name}"), message
+
+
 def _logit_scale(c):
     if c["flowclip"]["logit_scale_init"] > c["flowclip"]["logit_scale_max"]:
         yield "flowclip.logit_scale_init", f"must be <= flowclip.logit_scale_max = {c['flowclip']['logit_scale_max']}"
@@ -257,6 +263,7 @@ CROSS_RULES = (
     (None, ("distributed.num_processes", "distributed.process_id"), _processes),
     (None, ("train.num_steps", "optim.warmup_steps"), _warmup_steps),
     (None, ("data.name",), _shapesworld_splits),
+    (None, ("evals",), _eval_options),
     ("retrieval", ("loss.solver", "loss.similarity", "model.set_head", "model.num_embeds"), _enumerate_k),
     ("retrieval", ("loss",), _loss_fields),
     ("retrieval", ("data.name", "model.text.tower", "model.image.tower"), _retrieval_towers),

@@ -118,6 +118,35 @@ def score_sets(a, b, kind: str, a_mask=None, b_mask=None, *, image_chunk: int = 
                         prepare_text_tile=_element_major if slabs else None, name=name or f"[eval] score {kind}")
 
 
+def context_sets(context: dict, *, batch_size: int = 256) -> tuple[dict, dict]:
+    """(image sets, caption sets) of an evaluation context: its precomputed "image_sets" / "caption_sets", or the
+    outputs of its "embed_images" / "embed_captions" functions on its inputs (cached in the context, so several
+    evaluators of one context embed once)."""
+    if "image_sets" not in context:
+        img = batched_apply(context["embed_images"], (context["images"], context.get("image_mask")),
+                            batch_size=batch_size, name="[eval] embed images")
+        txt = batched_apply(context["embed_captions"], (context["captions"], context.get("caption_mask")),
+                            batch_size=batch_size, name="[eval] embed captions")
+        context["image_sets"], context["caption_sets"] = keep_set_arrays(img), keep_set_arrays(txt)
+    return context["image_sets"], context["caption_sets"]
+
+
+def metrics_by_protocol(sim, caption_to_image, fold_counts: Sequence[int] = (1, 5)) -> dict:
+    """{"all": R@K metrics of the whole matrix, "folds<n>": their mean over n contiguous image folds} for each count
+    in `fold_counts` (1 → "all", e.g. COCO 5K; 5 → "folds5", COCO 1K). Counts that do not divide the number of
+    images are skipped with a warning."""
+    c2i = np.asarray(caption_to_image, np.int64)
+    out = {}
+    for folds in fold_counts:
+        if folds == 1:
+            out["all"] = recall_at_k(sim, c2i)
+        elif sim.shape[0] % folds == 0:
+            out[f"folds{folds}"] = recall_at_k_folds(sim, c2i, folds)
+        else:
+            log.warning("retrieval: %d images do not split into %d folds; skipped", sim.shape[0], folds)
+    return out
+
+
 def evaluate_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *,
                        kinds: Sequence[str] = ("maxmatch_topk", "maxmatch"), fold_counts: Sequence[int] = (1, 5),
                        similarity_kw: dict | None = None, image_chunk: int = 256, caption_tile: int = 32768,
@@ -128,29 +157,18 @@ def evaluate_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *
       image_sets / caption_sets: {"set": [N, K, D], "mask": [N, K] (optional)} (outputs of `embed_retrieval_model`).
       caption_to_image: int [n_captions].
       kinds: similarity kinds to report (MaxMatch: `'maxmatch_topk'` = paper inference, `'maxmatch'` = exact S_H).
-      fold_counts: 1 → whole set ("all": COCO 5K / Flickr 1K); 5 → mean over 5 contiguous folds ("folds5": COCO 1K).
-        Counts that do not divide the number of images are skipped with a warning.
+      fold_counts: protocols (`metrics_by_protocol`).
     Returns:
       {kind: {"all": metrics, "folds5": metrics, ...}}, plus {"scores": {kind: array}} when `return_scores`.
     """
-    c2i = np.asarray(caption_to_image, np.int64)
-    n_images = image_sets["set"].shape[0]
     results, scores = {}, {}
     for kind in kinds:
         t0 = time.perf_counter()
         sim = score_sets(image_sets["set"], caption_sets["set"], kind, image_sets.get("mask"),
                          caption_sets.get("mask"), image_chunk=image_chunk, caption_tile=caption_tile,
                          **(similarity_kw or {}))
-        per_kind = {}
-        for folds in fold_counts:
-            if folds == 1:
-                per_kind["all"] = recall_at_k(sim, c2i)
-            elif n_images % folds == 0:
-                per_kind[f"folds{folds}"] = recall_at_k_folds(sim, c2i, folds)
-            else:
-                log.warning("retrieval: %d images do not split into %d folds; skipped", n_images, folds)
-        per_kind["score_seconds"] = time.perf_counter() - t0
-        results[kind] = per_kind
+        results[kind] = {**metrics_by_protocol(sim, caption_to_image, fold_counts),
+                         "score_seconds": time.perf_counter() - t0}
         if return_scores:
             scores[kind] = sim
     if return_scores:

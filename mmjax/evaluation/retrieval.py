@@ -20,6 +20,7 @@ import numpy as np
 
 KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
         "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")
+RECALL_KEYS = KEYS[:7]  # R@1/5/10 both ways and RSUM: the columns of every retrieval table
 
 
 @functools.partial(jax.jit, static_argnames=("chunk",))

@@ -18,10 +18,9 @@ so memory holds one batch, whatever the dataset size. Reading opens every array 
 `np.load(mmap_mode="r", allow_pickle=False)` and gathers batches on demand.
 """
 
-import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -29,6 +28,7 @@ import jax
 import numpy as np
 
 from mmjax.batching import batched_apply
+from mmjax.flowclip.options import DEFAULTS
 
 FORMAT = "mmjax.feature_cache"
 VERSION = 1
@@ -95,7 +95,7 @@ def _check_records(records: Iterable[Mapping[str, Any]], num_images: int, num_te
 def write_feature_cache(directory: str | os.PathLike, images: Sequence, texts: Sequence[str], *,
                         encode_image: ImageEncoder, encode_text: TextEncoder,
                         records: Iterable[Mapping[str, Any]] | None = None, batch_size: int = 64,
-                        max_tokens: int = 32, dtype=np.float16, overwrite: bool = False,
+                        max_tokens: int = DEFAULTS.max_tokens, dtype=np.float16, overwrite: bool = False,
                         extra_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Encode every image and text once and write the cache; returns the meta dict (also in meta.json).
 
@@ -195,16 +195,6 @@ def clip_encoders(model, params, tokenizer, *, batch_size: int = 64) -> tuple[Im
     return encode_image, encode_text
 
 
-def write_clip_feature_cache(directory, model, params, tokenizer, images: Sequence, texts: Sequence[str], *,
-                             batch_size: int = 64, **kwargs) -> dict[str, Any]:
-    """`write_feature_cache` with a frozen `CLIPModel`; the model config is recorded in meta.json."""
-    encode_image, encode_text = clip_encoders(model, params, tokenizer, batch_size=batch_size)
-    extra = {"encoder": type(model).__name__, "model_config": dataclasses.asdict(model.config),
-             **kwargs.pop("extra_meta", {})}
-    return write_feature_cache(directory, images, texts, encode_image=encode_image, encode_text=encode_text,
-                               batch_size=batch_size, extra_meta=extra, **kwargs)
-
-
 # ----------------------------------------------------------------------------------------------------------- reading
 
 class FeatureCache:
@@ -249,14 +239,6 @@ class FeatureCache:
         return {"global": self._gather("txt_global", idx, dtype), "tokens": self._gather("txt_tokens", idx, dtype),
                 "valid": self._gather("txt_valid", idx, None)}
 
-    def image_batches(self, batch_size: int, dtype=np.float32) -> Iterator[dict[str, np.ndarray]]:
-        for start in range(0, self.num_images, batch_size):
-            yield self.images(np.arange(start, min(start + batch_size, self.num_images)), dtype)
-
-    def text_batches(self, batch_size: int, dtype=np.float32) -> Iterator[dict[str, np.ndarray]]:
-        for start in range(0, self.num_texts, batch_size):
-            yield self.texts(np.arange(start, min(start + batch_size, self.num_texts)), dtype)
-
     def records(self) -> list[dict[str, Any]]:
         path = os.path.join(self.directory, "records.jsonl")
         if not os.path.isfile(path):
@@ -264,39 +246,9 @@ class FeatureCache:
         with open(path) as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def record_batches(self, batch_size: int, *, seed: int | None = None, drop_remainder: bool = False,
-                       dtype=np.float32) -> Iterator[dict[str, Any]]:
-        """Batches of records with their features: {"image", "pos", "neg": feature dicts, "record_index",
-        "image_index", "neg_index" (−1 = none), "neg_valid" bool, and "image_id" when every record has an
-        integer one}.
-
-        Records without a negative get the features of text 0 in "neg" (finite, never used: mask with neg_valid).
-        `seed` shuffles the record order (one permutation per call); None keeps file order.
-        """
-        records = self.records()
-        image = np.array([r["image"] for r in records], np.int64)
-        pos = np.array([r["pos"] for r in records], np.int64)
-        neg = np.array([r.get("neg", -1) for r in records], np.int64)
-        ids = [r.get("image_id") for r in records]
-        image_id = np.array(ids, np.int64) if all(isinstance(i, int) for i in ids) else None
-        order = np.arange(len(records)) if seed is None else np.random.default_rng(seed).permutation(len(records))
-        stop = len(order) - len(order) % batch_size if drop_remainder else len(order)
-        for start in range(0, stop, batch_size):
-            b = order[start:start + batch_size]
-            batch = {"image": self.images(image[b], dtype), "pos": self.texts(pos[b], dtype),
-                     "neg": self.texts(np.maximum(neg[b], 0), dtype), "record_index": b, "image_index": image[b],
-                     "neg_index": neg[b], "neg_valid": neg[b] >= 0}
-            if image_id is not None:
-                batch["image_id"] = image_id[b]
-            yield batch
-
     def _gather(self, name: str, idx: np.ndarray, dtype) -> np.ndarray:
         array = self.arrays[name]
         # Sorted unique reads keep mmap access sequential; the inverse map restores the requested order.
         unique, inverse = np.unique(idx, return_inverse=True)
         out = np.asarray(array[unique])[inverse.reshape(idx.shape)]
         return out if dtype is None else out.astype(dtype)
-
-
-def open_feature_cache(directory: str | os.PathLike) -> FeatureCache:
-    return FeatureCache(directory)

@@ -80,6 +80,11 @@ BAD = [
     ("maxmatch_shapes", "smoke", {"evals.retrieval.kinds": ("maxmatch", "bogus")}, "evals.retrieval.kinds",
      "'maxmatch_topk'"),
     ("maxmatch_shapes", "smoke", {"evals.retrieval.type": "recall"}, "evals.retrieval.type", "'retrieval'"),
+    ("maxmatch_shapes", "smoke", {"evals.retrieval.fold_count": (1,)}, "evals.retrieval.fold_count",
+     "not an option of this evaluator"),
+    ("maxmatch_shapes", "smoke", {"evals.retrieval.fold_counts": (1, 0)}, "evals.retrieval.fold_counts", ">= 1"),
+    ("maxmatch_shapes", "smoke", {"evals.set_analysis.embedding_plot": "umap"}, "evals.set_analysis.embedding_plot",
+     "'tsne'"),
     ("maxmatch_shapes", "smoke", {"matching": {"auction": {"theta": 1.5}}}, "matching.auction.theta", "< 1"),
     ("maxmatch_shapes", "smoke", {"matching": {"pad_penalty": -3.0}}, "matching.pad_penalty", "'auto'"),
     ("maxmatch_shapes", "smoke", {"task": "detector"}, "task", "'retrieval'"),
@@ -161,10 +166,11 @@ def test_schema_families_are_the_trainable_tasks():
     assert set(SCHEMA) - set(PRETRAINED) == set(TASKS)
 
 
-# Free-form fields: paths and reader options (checked by the path rules and the readers themselves).
+# Free-form fields: paths, reader options and evaluator options (checked by the path rules, the readers and each
+# evaluator's `Options` — config validation asks the evaluator: `schema._eval_options`).
 FREE_FORM = ("data.path", "data.tokenizer_dir", "data.cache_dir", "data.clip_dir", "data.clip_workdir",
              "data.head_workdir", "model.text.bert_dir", "model.text.glove_path", "benchmarks.*.path",
-             "benchmarks.*.image_root", "benchmarks.*.kwargs.*", "task", "pretrained")
+             "benchmarks.*.image_root", "benchmarks.*.kwargs.*", "evals.*.*", "task", "pretrained")
 
 
 def test_schema_covers_every_field_of_the_shipped_configs():

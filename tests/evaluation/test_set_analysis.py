@@ -108,7 +108,7 @@ def test_registry_runs_every_evaluator_and_results_are_json(tmp_path):
                "embed_captions": lambda x, m: {"set": x}, "captions": txt, "caption_to_image": np.repeat(np.arange(n), 2)}
     ret = run_evaluator("retrieval", {"fold_counts": (1, 5), "batch_size": 4}, context)
     assert ret["maxmatch"]["all"]["rsum"] == 600.0 and ret["maxmatch_topk"]["folds5"]["rsum"] == 600.0
-    sa = run_evaluator("set_analysis", {"out_dir": str(tmp_path), "kind": "maxmatch"}, context)
+    sa = run_evaluator("set_analysis", {"kind": "maxmatch"}, context, plot_dir=str(tmp_path))
     assert os.path.exists(sa["figures"]["element_similarity"]) and len(sa["single_element"]["elements"]) == 2
     records = [CompositionalRecord(image=str(i), captions=(f"p{i}", f"n{i}"), correct=0, task="sugarcrepe",
                                    subgroup="swap_att") for i in range(6)]
@@ -122,3 +122,47 @@ def test_registry_runs_every_evaluator_and_results_are_json(tmp_path):
     json.dumps([ret, sa, comp, zs])
     with pytest.raises(ValueError):
         run_evaluator("nope", {}, {})
+
+
+def test_a_new_evaluator_is_one_module_and_one_registry_line(tmp_path):
+    """An evaluator defined outside the package (a toy: the mean score of each image's own captions) runs through
+    `run_evals` — options checked, skip rule, table in results.md — after one `register` call and nothing else."""
+    import dataclasses
+
+    from mmjax.evaluation import registry
+    from mmjax.evaluation.evaluators.base import Evaluator, InvalidOption, markdown_table
+    from mmjax.evaluation.run import run_evals, write_results
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        scale: float = 1.0
+
+        def __post_init__(self):
+            if self.scale <= 0:
+                raise InvalidOption("scale", "must be > 0")
+
+    def run(options, context, env):
+        sim, c2i = context["similarity"], context["caption_to_image"]
+        return {"own_score": options.scale * float(np.mean(sim[c2i, np.arange(len(c2i))]))}
+
+    toy = Evaluator(Options, run, applies=lambda o, c: "similarity" in c,
+                    tables=lambda name, r: [f"### {name}", "", *markdown_table(["own"], [[f"{r['own_score']:.3f}"]])])
+    registry.register("toy_own_score", toy)
+    try:
+        sim = np.array([[0.9, 0.1], [0.2, 0.7]])
+        evals = {"own": {"type": "toy_own_score", "scale": 2.0}}
+        results = run_evals(evals, {"similarity": sim, "caption_to_image": np.array([0, 1])})
+        assert results["own"] == {"own_score": pytest.approx(1.6)} and results["evaluators"] == {"own": "toy_own_score"}
+        write_results(results, str(tmp_path))
+        assert "| 1.600 |" in (tmp_path / "results.md").read_text()
+        assert "own" not in run_evals(evals, {"records": []})  # its skip rule: no similarity, not run
+        with pytest.raises(ValueError, match="evals.own.scale"):
+            run_evals({"own": {"type": "toy_own_score", "scale": -1.0}}, {"similarity": sim})
+        from mmjax.config_validation import ConfigError, validate
+        from mmjax.train.defaults import retrieval_config
+        c = retrieval_config("smoke")
+        c.evals = {"own": {"type": "toy_own_score", "scale": -1.0}}
+        with pytest.raises(ConfigError, match="evals.own.scale"):  # config validation asks the evaluator too
+            validate(c, check_paths=False)
+    finally:
+        registry.EVALUATORS.pop("toy_own_score")

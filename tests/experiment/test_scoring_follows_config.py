@@ -27,11 +27,11 @@ def test_scoring_options_come_from_loss_and_matching():
     from mmjax.evaluation.run import resolve_evals
     resolved = resolve_evals(c.evals, **score)
     kind, opts = resolved["retrieval"]
-    assert opts["kinds"] == ("maxmatch_topk", "maxmatch") and opts["similarity_kw"]["s_h"] == 2.0
-    assert resolved["set_analysis"][1]["kind"] == "maxmatch"
+    assert opts.kinds == ("maxmatch_topk", "maxmatch") and opts.similarity_kw["s_h"] == 2.0
+    assert resolved["set_analysis"][1].kind == "maxmatch"
     # An eval's own setting wins over the derived one.
     c.evals.retrieval.similarity_kw = {"s_h": 0.5}
-    assert resolve_evals(c.evals, **score)["retrieval"][1]["similarity_kw"]["s_h"] == 0.5
+    assert resolve_evals(c.evals, **score)["retrieval"][1].similarity_kw["s_h"] == 0.5
 
 
 @pytest.mark.slow

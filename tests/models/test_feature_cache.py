@@ -1,4 +1,5 @@
-"""Feature cache: written in batches from a frozen tiny CLIP, read back memory-mapped without pickle, streamed."""
+"""Feature cache: written in batches from a frozen tiny CLIP, read back memory-mapped without pickle, and batched
+into Flow-CLIP training records (`mmjax.data.cached_records`)."""
 
 import json
 from functools import partial
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 from mmjax.models.clip import CLIPConfig, CLIPModel
-from mmjax.models.feature_cache import FeatureCache, write_clip_feature_cache, write_feature_cache
+from mmjax.data.cached_records import CachedRecordIterator
+from mmjax.models.feature_cache import FeatureCache, clip_encoders, write_feature_cache
 
 TEXTS = ["a cat", "the dog and a cat", "dog", "a big cat on a dog", "cat cat cat cat cat cat", "a", "dog dog",
          "the cat"]
@@ -42,8 +44,9 @@ def tiny_clip(hf_tiny_clip_config, hf_random_params, tmp_path_factory, hf_write_
 @pytest.mark.parametrize("dtype,atol", [(np.float16, 2e-3), (np.float32, 1e-5)])
 def test_cache_round_trip(tmp_path, tiny_clip, dtype, atol):
     model, params, tokenizer, images, direct = tiny_clip
-    meta = write_clip_feature_cache(tmp_path / "cache", model, params, tokenizer, images, TEXTS, records=RECORDS,
-                                    batch_size=3, max_tokens=5, dtype=dtype)
+    encode_image, encode_text = clip_encoders(model, params, tokenizer, batch_size=3)
+    meta = write_feature_cache(tmp_path / "cache", images, TEXTS, encode_image=encode_image, encode_text=encode_text,
+                               records=RECORDS, batch_size=3, max_tokens=5, dtype=dtype)
     # Plain .npy files: loadable without pickle.
     for name in ("img_global", "img_patches", "txt_global", "txt_tokens", "txt_valid"):
         np.load(tmp_path / "cache" / f"{name}.npy", allow_pickle=False)
@@ -64,28 +67,27 @@ def test_cache_round_trip(tmp_path, tiny_clip, dtype, atol):
     dropped = direct["text"]["valid"][:, 5:].sum(1)
     assert meta["truncated_valid_tokens"] == dropped.sum() > 0 and meta["truncated_texts"] == (dropped > 0).sum()
 
-    # Streaming readers return float32 copies in order.
-    batches = list(cache.text_batches(3))
-    assert [len(b["global"]) for b in batches] == [3, 3, 2] and batches[0]["tokens"].dtype == np.float32
-    np.testing.assert_array_equal(np.concatenate([b["tokens"] for b in batches]), arrays["txt_tokens"])
-    np.testing.assert_array_equal(np.concatenate([b["patches"] for b in cache.image_batches(4)]),
-                                  arrays["img_patches"])
+    # Gathers return float32 copies in the order asked, duplicates included.
+    texts = cache.texts(np.array([7, 0, 7]))
+    assert texts["tokens"].dtype == np.float32 and texts["valid"].dtype == bool
+    np.testing.assert_array_equal(texts["tokens"], arrays["txt_tokens"][[7, 0, 7]])
+    np.testing.assert_array_equal(cache.images(np.array([6, 1]))["patches"], arrays["img_patches"][[6, 1]])
+    assert cache.images(np.array([2]), dtype=None)["global"].dtype == dtype  # storage dtype on request
 
     assert cache.records() == RECORDS
-    seen = []
-    for batch in cache.record_batches(2, seed=0):
-        for k, r in enumerate(batch["record_index"]):
-            rec = RECORDS[r]
-            seen.append(int(r))
-            assert (batch["image_index"][k], batch["neg_index"][k], batch["image_id"][k]) == (
-                rec["image"], rec["neg"], rec["image_id"])
-            np.testing.assert_array_equal(batch["image"]["patches"][k], arrays["img_patches"][rec["image"]])
-            np.testing.assert_array_equal(batch["pos"]["tokens"][k], arrays["txt_tokens"][rec["pos"]])
-            assert batch["neg_valid"][k] == (rec["neg"] >= 0)
+    batches = CachedRecordIterator(cache, batch_size=2, seed=0)
+    assert batches.steps_per_epoch == 2  # 5 records: the partial batch is dropped
+    for step in range(2):
+        batch = batches.batch_at(0, step)
+        for k in range(2):
+            rec = next(r for r in RECORDS if np.array_equal(arrays["txt_global"][r["pos"]].astype(np.float32),
+                                                           batch["pos_global"][k]))
+            np.testing.assert_array_equal(batch["img_patches"][k], arrays["img_patches"][rec["image"]])
+            assert batch["image_ids"][k] == rec["image_id"] and batch["neg_valid"][k] == (rec["neg"] >= 0)
             if rec["neg"] >= 0:
-                np.testing.assert_array_equal(batch["neg"]["global"][k], arrays["txt_global"][rec["neg"]])
-    assert sorted(seen) == list(range(5)) and seen != list(range(5))  # all records, shuffled
-    assert [len(b["image_index"]) for b in cache.record_batches(2, drop_remainder=True)] == [2, 2]
+                np.testing.assert_array_equal(batch["neg_global"][k], arrays["txt_global"][rec["neg"]])
+            else:
+                assert not batch["neg_token_valid"][k].any()  # a record without T⁻ has no valid negative tokens
 
 
 def test_writer_streams_bounded_batches_from_a_lazy_dataset(tmp_path):
