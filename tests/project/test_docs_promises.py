@@ -130,20 +130,20 @@ def test_commands_name_existing_configs_and_flags():
 
 
 def test_reproduction_commands_in_the_docs_parse():
-    """Every `python -m reproduce ...` the README, the design notes and the study's runbook show is accepted by its
-    argument parser (synopses with {choices} or [optional] parts aside); none still names the module's old place
-    inside the library."""
+    """Every `python -m reproduce ...` the README, the design notes, the study's runbook and the published report show
+    is accepted by its argument parser (synopses with {choices} or [optional] parts aside); none still names the
+    module's old place inside the library."""
     import shlex
     from reproduce.__main__ import parse_args
     commands = []
-    for doc in ("README.md", "docs/design.md", "reproduce/README.md"):
+    for doc in ("README.md", "docs/design.md", "reproduce/README.md", "docs/reproduction.md"):
         text = (ROOT / doc).read_text()
         assert "mmjax.reproduce" not in text and "design.md#reproduction" not in text, doc
         for span in re.findall(r"`(python -m reproduce\s[^`]*)`", text):
             if not re.search(r"[{\[]", span):
                 commands.append((doc, shlex.split(span)[3:]))
     assert len(commands) >= 6, commands
-    assert {doc for doc, _ in commands} >= {"README.md", "reproduce/README.md"}, commands
+    assert {doc for doc, _ in commands} >= {"README.md", "reproduce/README.md", "docs/reproduction.md"}, commands
     for doc, argv in commands:
         try:
             parse_args(argv)
