@@ -1,13 +1,13 @@
-"""Every name, config field and command the README (and docs/design.md) promises exists.
+"""Every name, config field and command the README (and docs/design.md, reproduce/README.md) promises exists.
 
 - The README's library table: each row names a module and, in backticks, the public names it offers; each must be
   importable from that module.
 - Config fields written in backticks (`model.spm.pad_mode`, `matching.auction.*`, `loss.reduction='sum'`) in the
-  README and docs/design.md must exist in at least one shipped config (`configs/*.py`, any variant its docstring
+  README, docs/design.md and reproduce/README.md must exist in at least one shipped config (`configs/*.py`, any variant its docstring
   names); the README's departures list is also applied as `--config.<field>=<value>` flag overrides, as a user
   would type them.
 - Commands: every `configs/NAME.py[:variant]` the README mentions loads, and every `--flag` of train.py /
-  evaluate.py it uses is defined.
+  evaluate.py it uses is defined; every `python -m reproduce ...` the docs show parses.
 """
 
 import importlib
@@ -76,12 +76,12 @@ def _resolves(path: str, paths: set) -> bool:
     return path in paths
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/design.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/design.md", "reproduce/README.md"])
 def test_config_fields_named_in_docs_exist(doc, config_paths):
-    text = README if doc == "README.md" else DESIGN
+    text = (ROOT / doc).read_text()
     fields = sorted({m.group(1).rstrip(".") for m in FIELD.finditer(text)} - {""})
     fields = [f for f in fields if not f.endswith(FILE_SUFFIXES)]
-    assert len(fields) >= (8 if doc == "README.md" else 40), fields
+    assert len(fields) >= {"README.md": 8, "docs/design.md": 40, "reproduce/README.md": 4}[doc], fields
     missing = [f for f in fields if not _resolves(f, config_paths)]
     assert not missing, f"{doc} names config fields no shipped config has: {missing}"
 
@@ -130,28 +130,33 @@ def test_commands_name_existing_configs_and_flags():
 
 
 def test_reproduction_commands_in_the_docs_parse():
-    """Every `python -m mmjax.reproduce ...` the README, the design notes and the published report show is accepted by
-    its argument parser (synopses with {choices} or [optional] parts aside)."""
+    """Every `python -m reproduce ...` the README, the design notes, the study's runbook and the published report show
+    is accepted by its argument parser (synopses with {choices} or [optional] parts aside); none still names the
+    module's old place inside the library."""
     import shlex
-    from mmjax.reproduce.__main__ import parse_args
+    from reproduce.__main__ import parse_args
     commands = []
-    for doc in ("README.md", "docs/design.md", "docs/reproduction.md"):
-        for span in re.findall(r"`(python -m mmjax\.reproduce[^`]*)`", (ROOT / doc).read_text()):
+    for doc in ("README.md", "docs/design.md", "reproduce/README.md", "docs/reproduction.md"):
+        text = (ROOT / doc).read_text()
+        assert "mmjax.reproduce" not in text and "design.md#reproduction" not in text, doc
+        for span in re.findall(r"`(python -m reproduce\s[^`]*)`", text):
             if not re.search(r"[{\[]", span):
                 commands.append((doc, shlex.split(span)[3:]))
-    assert len(commands) >= 4, commands
+    assert len(commands) >= 6, commands
+    assert {doc for doc, _ in commands} >= {"README.md", "reproduce/README.md", "docs/reproduction.md"}, commands
     for doc, argv in commands:
         try:
             parse_args(argv)
         except SystemExit:
-            raise AssertionError(f"{doc}: `python -m mmjax.reproduce {' '.join(argv)}` is not a valid command")
+            raise AssertionError(f"{doc}: `python -m reproduce {' '.join(argv)}` is not a valid command")
 
 
 def test_docs_point_only_at_documents_in_the_repo():
     """Docstrings point at docs/design.md anchors that exist, never at documents outside the repository."""
     anchors = set(re.findall(r'<a id="([\w-]+)"></a>', DESIGN))
     bad, missing = [], []
-    for path in list(ROOT.glob("mmjax/**/*.py")) + list(ROOT.glob("configs/*.py")) + list(ROOT.glob("*.py")):
+    for path in (list(ROOT.glob("mmjax/**/*.py")) + list(ROOT.glob("configs/*.py")) + list(ROOT.glob("*.py"))
+                 + list(ROOT.glob("reproduce/*.py"))):
         text = path.read_text()
         if re.search(r"(maxmatch|flowclip|shapesworld)\.m[d]\b|spec [§]", text):  # (written so it does not match itself)
             bad.append(str(path.relative_to(ROOT)))
@@ -159,6 +164,20 @@ def test_docs_point_only_at_documents_in_the_repo():
                     if a not in anchors]
     assert not bad, f"references to documents outside the repo in {bad}"
     assert not missing, f"docs/design.md anchors that do not exist: {missing}"
+
+
+def test_links_between_the_design_notes_and_the_study_runbook_resolve():
+    """The reproduction study's runbook (reproduce/README.md) and the design notes link to each other's anchors, and
+    the runbook to its own: every such link names an anchor that exists."""
+    runbook = (ROOT / "reproduce" / "README.md").read_text()
+    ids = {doc: set(re.findall(r'<a id="([\w-]+)"></a>', text)) for doc, text in (("design", DESIGN),
+                                                                                  ("runbook", runbook))}
+    links = [("runbook", "design", a) for a in re.findall(r"\(\.\./docs/design\.md#([\w-]+)\)", runbook)]
+    links += [("runbook", "runbook", a) for a in re.findall(r"\(#([\w-]+)\)", runbook)]
+    links += [("design", "runbook", a) for a in re.findall(r"\(\.\./reproduce/README\.md#([\w-]+)\)", DESIGN)]
+    assert len(links) >= 10, links
+    missing = [(src, dst, a) for src, dst, a in links if a not in ids[dst]]
+    assert not missing, f"links to anchors that do not exist: {missing}"
 
 
 def test_reliability_table_names_existing_tests():

@@ -3,11 +3,14 @@
 Every `import` in `mmjax/` is read from the source (function-local imports included: a lazy import is still a
 dependency), mapped to its top-level unit (`mmjax.<package or module>`), and the unit graph must be acyclic with the
 layering below — `evaluation` never imports `train`, the trainer never imports tasks or evaluators, and only the
-composition root (`mmjax.experiment`) sees both.
+composition root (`mmjax.experiment`) sees both. The programs beside the package (the reproduction study
+`reproduce/`, `bench/`, `scripts/`) are outside it: the library imports none of them, and the study imports the
+library only through its public modules.
 """
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -140,3 +143,64 @@ def test_matching_depends_on_jax_numpy_only():
                                "dataclasses", "__future__", "mmjax", "optax", "warnings"}, (path.name, name)
                 if top == "mmjax":
                     assert name.startswith("mmjax.matching"), (path.name, name)
+
+
+# ---------------------------------------------------------------- applications beside the package
+
+REPO = ROOT.parent
+APPLICATIONS = {"reproduce", "bench", "scripts", "tests", "train", "evaluate"}  # top-level names outside the package
+
+
+def _top_level_imports(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in `path`, function-local ones included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+            if node.module == "mmjax":  # `from mmjax import experiment`
+                out += [(node.lineno, f"mmjax.{a.name}") for a in node.names]
+    return out
+
+
+def test_the_library_imports_no_application():
+    """Nothing in `mmjax/` imports the reproduction study (`reproduce/`) or any other program beside the package."""
+    bad = [f"{p.relative_to(REPO)}:{line} imports {m}" for p in ROOT.rglob("*.py")
+           for line, m in _top_level_imports(p) if m.split(".")[0] in APPLICATIONS]
+    text_refs = [str(p.relative_to(REPO)) for p in ROOT.rglob("*.py")
+                 if re.search(r"""(import_module|__import__)\(\s*["']reproduce""", p.read_text())]
+    assert not bad and not text_refs, bad + text_refs
+
+
+def test_the_reproduction_study_uses_mmjax_as_a_user_would():
+    """`reproduce/` reaches mmjax only through imports of its public modules (no `_private` module, no name that is
+    not a module or package of mmjax), never by path: no `sys.path` edits, no relative import above the package, no
+    other program of the repository."""
+    study = REPO / "reproduce"
+    files = sorted(study.glob("*.py"))
+    assert len(files) >= 10, files
+    mmjax_imports, bad = set(), []
+    for path in files:
+        rel = path.relative_to(REPO)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level > 1:
+                bad.append(f"{rel}:{node.lineno}: relative import above the package")
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+                bad.append(f"{rel}:{node.lineno}: sys.path")
+        for line, m in _top_level_imports(path):
+            top = m.split(".")[0]
+            if top == "mmjax":
+                mmjax_imports.add(m)
+                if any(part.startswith("_") for part in m.split(".")):
+                    bad.append(f"{rel}:{line}: private module {m}")
+            elif top in APPLICATIONS - {"reproduce"}:
+                bad.append(f"{rel}:{line}: imports {m}")
+    for m in sorted(mmjax_imports):  # each names a module or package of the library, not a file reached otherwise
+        parts = m.split(".")[1:]
+        target = ROOT.joinpath(*parts)
+        if not (target.with_suffix(".py").exists() or (target / "__init__.py").exists()):
+            bad.append(f"{m}: not a module of mmjax")
+    assert {"mmjax.experiment", "mmjax.batching"} <= mmjax_imports, mmjax_imports  # the walker sees them
+    assert not bad, bad

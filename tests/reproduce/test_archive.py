@@ -1,13 +1,13 @@
-"""Committed cell records (`mmjax.reproduce.archive`): save, restore into a fresh output directory, the checks on a
-misplaced record, and `python -m mmjax.reproduce --report-only --archive` rebuilding a report from records alone."""
+"""Committed cell records (`reproduce.archive`): save, restore into a fresh output directory, the checks on a
+misplaced record, and `python -m reproduce --report-only --archive` rebuilding a report from records alone."""
 
 import json
 import os
 
 import pytest
 
-from mmjax.reproduce import __main__ as cli
-from mmjax.reproduce import archive, grid, runner
+from reproduce import __main__ as cli
+from reproduce import archive, grid, runner
 from tests.module_loader import load
 
 _report_tests = load("tests/reproduce/test_report.py", "_reproduce_report_tests")
@@ -104,7 +104,7 @@ def test_report_only_rebuilds_the_published_report_from_records(tmp_path, capsys
     assert f"restored {n + 2} cell record(s)" in printed and "0 cell record(s) saved" in printed
     text = md.read_text()
     assert f"{n + 2} of the {n}" not in text
-    assert f"{n} of the {n} cell runs come from the committed cell records" in text
+    assert f"All {n} cell runs come from the committed cell records" in text
     assert "Partial grid" not in text and "## Longer budget" in text
     assert f"--archive {store}" in text  # the regenerate command says so
     assert len(list((store / "default").rglob("*.json"))) == n  # publishing the figures leaves the records alone
@@ -120,7 +120,7 @@ def test_each_record_is_archived_as_soon_as_its_cell_finishes(tmp_path, monkeypa
     seen_in_archive = []
     by_name = {r["name"]: r for r in _report_tests._records(1)}
 
-    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None):
+    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None, config_dir=None):
         seen_in_archive.append(sorted(os.path.relpath(p, store) for p in _json_files(store)))
         if cell.name == "vse":
             raise KeyboardInterrupt  # not an Exception: the grid stops here, as a stopped session would

@@ -1,4 +1,4 @@
-"""Training curves in cell records (`mmjax.reproduce.curves`), their backfill from metrics.jsonl, the largest
+"""Training curves in cell records (`reproduce.curves`), their backfill from metrics.jsonl, the largest
 validation drop, and the report's curve figure and stability column."""
 
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mmjax.reproduce import archive, curves, grid, report, runner
+from reproduce import archive, curves, grid, report, runner
 from tests.module_loader import load
 
 _report_tests = load("tests/reproduce/test_report.py", "_reproduce_report_tests_curves")
@@ -92,7 +92,7 @@ def test_cells_where_only_some_seeds_carry_curves(tmp_path, monkeypatch):
     """Records written before the runner kept curves have none: the figure labels each cell by the seeds it draws
     (no legend-less panel), and the stability column says how many seeds its number covers."""
     import warnings
-    from mmjax.reproduce import figures
+    from reproduce import figures
     records = _report_tests._records(2)
     for r in records:
         if r["seed"] == 1:

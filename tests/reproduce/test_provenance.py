@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from mmjax.reproduce import provenance
+from reproduce import provenance
 
 
 _CLOCK = [1_700_000_000]
@@ -34,19 +34,24 @@ def repo(tmp_path):
         _git(tmp_path, "init", "-q")
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("git not available")
+    # The study's code lived in the library (mmjax/reproduce/) in older commits and sits beside it (reproduce/) now:
+    # a commit that touches either, or moves one to the other, changes nothing the cells compute.
     base = _commit(tmp_path, {"mmjax/losses.py": "a", "mmjax/reproduce/report.py": "r", "configs/x.py": "c"}, "base")
     report_only = _commit(tmp_path, {"mmjax/reproduce/report.py": "r2", "docs/x.md": "d"}, "report")
+    _git(tmp_path, "mv", "mmjax/reproduce", "reproduce")
+    moved = _commit(tmp_path, {"reproduce/report.py": "r3"}, "the study leaves the library")
     loss_change = _commit(tmp_path, {"mmjax/losses.py": "b"}, "loss")
     config_change = _commit(tmp_path, {"configs/x.py": "c2"}, "config")
-    return str(tmp_path), base, report_only, loss_change, config_change
+    return str(tmp_path), base, report_only, moved, loss_change, config_change
 
 
 def test_commits_that_differ_only_in_the_report_compute_the_same(repo):
-    root, base, report_only, loss_change, config_change = repo
-    same = provenance.compare([base, report_only], root)
+    root, base, report_only, moved, loss_change, config_change = repo
+    same = provenance.compare([base, report_only, moved], root)
     assert same["identical"] is True and same["differ"] == []
     assert "are identical at all of them" in provenance.sentence(same)
-    mixed = provenance.compare([base, report_only, loss_change, config_change], root)
+    assert "the study's own code aside: `reproduce/`, formerly `mmjax/reproduce/`" in provenance.sentence(same)
+    mixed = provenance.compare([base, report_only, moved, loss_change, config_change], root)
     assert mixed["identical"] is False and sorted(mixed["differ"]) == sorted([loss_change, config_change])
     assert mixed["commits"][0] == base and f"differ from the oldest, {base}," in provenance.sentence(mixed)
 

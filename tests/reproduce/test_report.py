@@ -1,5 +1,5 @@
 """The reproduction runner: verdict rule, per-cell numbers, grid configs, resumable runner and report rendering on
-hand-made cell results (fast), plus one slow end-to-end smoke run of `python -m mmjax.reproduce`."""
+hand-made cell results (fast), plus one slow end-to-end smoke run of `python -m reproduce`."""
 
 import json
 import math
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from mmjax.reproduce import claims, grid, metrics, report, runner, summary
+from reproduce import claims, grid, metrics, report, runner, summary
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -251,7 +251,7 @@ def test_runner_skips_finished_cells_and_records_failures(tmp_path, monkeypatch)
     out = str(tmp_path)
     calls = []
 
-    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None):
+    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None, config_dir=None):
         calls.append(cell.name)
         if cell.name == "clip":
             raise RuntimeError("boom")
@@ -280,7 +280,7 @@ def test_runner_waits_between_cells_while_a_pause_file_exists(tmp_path, monkeypa
         events.append("sleep")
         os.remove(os.path.join(out, runner.PAUSE_FILE))
 
-    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None):
+    def fake_run_cell(cell, out_, budget, clip_out="", launch_code=None, config_dir=None):
         events.append(cell.name)
         return {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}}
 
@@ -380,8 +380,8 @@ def test_a_cell_records_the_code_its_process_launched_on(tmp_path, monkeypatch):
     versions = iter([launch, later])  # run_grid reads the version once, before its first cell
     monkeypatch.setattr(runner, "code_version", lambda: next(versions))
     seen = []
-    monkeypatch.setattr(runner, "run_cell", lambda cell, out, budget, clip_out="", launch_code=None: seen.append(
-        launch_code) or {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}})
+    monkeypatch.setattr(runner, "run_cell", lambda cell, out, budget, clip_out="", launch_code=None, config_dir=None:
+                        seen.append(launch_code) or {"wall_s": {"total": 1.0, "train": 0.5, "eval": 0.5}})
     runner.run_grid(grid.make_grid(1, ["vse", "setdiv"]), str(tmp_path / "grid"), "smoke", log=lambda s: None)
     assert seen == [launch, launch]
 
@@ -577,7 +577,7 @@ def test_smoke_grid_end_to_end_and_resume(tmp_path):
     out = tmp_path / "repro"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "mmjax.reproduce", "--budget", "smoke", "--seeds", "1", "--out", str(out)]
+    cmd = [sys.executable, "-m", "reproduce", "--budget", "smoke", "--seeds", "1", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     check_smoke_output(out)
@@ -737,7 +737,7 @@ def test_a_knob_cell_at_the_long_budget_re_checks_its_claim(tmp_path):
 
 
 def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_path, capsys):
-    from mmjax.reproduce import __main__ as cli
+    from reproduce import __main__ as cli
     longs = []
     for name in ("globalm_hnb", "flowclip_hnb"):
         for seed in range(2):
@@ -771,8 +771,8 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
     rep = report.write_report(_records(), str(out), budget="default", seeds=3, command="python -m x",
                               long_records=mixed, long_out="DIR_LONG")
     assert rep["long"]["command"] == (
-        "python -m mmjax.reproduce --budget long --seeds 1 --cells sh_divmmd,sc_full --out DIR_LONG; "
-        "python -m mmjax.reproduce --budget long --seeds 1 --first-seed 2 --cells globalm_hnb,flowclip_hnb "
+        "python -m reproduce --budget long --seeds 1 --cells sh_divmmd,sc_full --out DIR_LONG; "
+        "python -m reproduce --budget long --seeds 1 --first-seed 2 --cells globalm_hnb,flowclip_hnb "
         "--out DIR_LONG --clip-from workdir/repro")
     assert "`, then `" in (out / "reproduction.md").read_text().split("## Longer budget")[1]
     # the CLI refuses a --clip-from directory without the CLIP it needs, naming the file
@@ -785,7 +785,7 @@ def test_long_heads_on_the_default_clip_name_it_in_the_regenerate_command(tmp_pa
 
 
 def test_long_out_directory_is_checked(tmp_path):
-    from mmjax.reproduce import longer_budget
+    from reproduce import longer_budget
     with pytest.raises(ValueError, match="grid.json"):
         longer_budget.load_records(str(tmp_path))
     runner.check_budget(str(tmp_path), "default", 1)

@@ -3,8 +3,8 @@ beside their default-budget numbers, and the claims whose two cells both ran the
 
 A long-budget grid lives in its own output directory (a directory holds one budget, `runner.check_budget`):
 
-    python -m mmjax.reproduce --budget long --seeds 2 --cells sh_divmmd,sc_full,sh_full --out workdir/repro_long
-    python -m mmjax.reproduce --budget default --seeds 3 --out workdir/repro --long-out workdir/repro_long
+    python -m reproduce --budget long --seeds 2 --cells sh_divmmd,sc_full,sh_full --out workdir/repro_long
+    python -m reproduce --budget default --seeds 3 --out workdir/repro --long-out workdir/repro_long
 
 The second command's report then carries this section, and every claim row whose cells both ran at the long budget
 gets that budget's Δ (and verdict, by the same rule) at the end of its evidence. Pure functions of the cell records
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import os
 
-from mmjax.reproduce.claims import CLAIMS, check, outcome_phrase
-from mmjax.reproduce.runner import RESUMED_NOTE
+from reproduce.claims import CLAIMS, check, outcome_phrase
+from reproduce.runner import RESUMED_NOTE
 
 LONG_BUDGET = "long"
 
@@ -26,16 +26,16 @@ def load_records(out: str) -> list[dict]:
     """Every finished cell record (`cells/<name>/seed<k>/cell.json`) of the long-budget grid in `out`.
 
     Raises ValueError when `out` holds no grid or a grid of another budget (naming `out/grid.json`)."""
-    from mmjax.reproduce.grid import SPECS
+    from reproduce.grid import SPECS
     path = os.path.join(out, "grid.json")
     if not os.path.exists(path):
-        raise ValueError(f"--long-out {out}: no {path} (run `python -m mmjax.reproduce --budget long --out {out} "
+        raise ValueError(f"--long-out {out}: no {path} (run `python -m reproduce --budget long --out {out} "
                          "--cells ...` first)")
     with open(path) as f:
         held = json.load(f)
     if held.get("budget") != LONG_BUDGET:
         raise ValueError(f"--long-out {out}: {path} holds a {held.get('budget')!r} budget grid, not {LONG_BUDGET!r}")
-    from mmjax.reproduce.runner import read_record
+    from reproduce.runner import read_record
     records = []
     for spec in SPECS:
         for seed in range(int(held.get("seeds", 0))):
@@ -48,7 +48,7 @@ def load_records(out: str) -> list[dict]:
 def regenerate_commands(records: list[dict], out: str) -> list[str]:
     """The commands that rerun the long grid in `out`: one per group of cells sharing their seeds and CLIP source
     (e.g. retrieval cells on seed 0, heads on seed 2 of the default grid's CLIP)."""
-    from mmjax.reproduce.grid import SPECS
+    from reproduce.grid import SPECS
     seeds: dict[str, set] = {}
     clip: dict[str, str] = {}
     for r in records:
@@ -61,7 +61,7 @@ def regenerate_commands(records: list[dict], out: str) -> list[str]:
     commands = []
     for (ss, clip_from), names in groups.items():
         first = f" --first-seed {ss[0]}" if ss[0] else ""
-        commands.append(f"python -m mmjax.reproduce --budget long --seeds {ss[-1] - ss[0] + 1}{first} --cells "
+        commands.append(f"python -m reproduce --budget long --seeds {ss[-1] - ss[0] + 1}{first} --cells "
                         f"{','.join(names)} --out {out}" + (f" --clip-from {clip_from}" if clip_from else ""))
     return commands
 
@@ -83,9 +83,9 @@ def long_claim_rows(long_agg: dict) -> list[dict]:
 
 
 def long_knob_rows(long_agg: dict) -> list[dict]:
-    """Knob re-checks (`mmjax.reproduce.other_defaults`) whose two cells both ran at the long budget: whether another
+    """Knob re-checks (`reproduce.other_defaults`) whose two cells both ran at the long budget: whether another
     reading of an unstated default changes the verdict once the budget is no longer the limit."""
-    from mmjax.reproduce.other_defaults import knob_claim_rows
+    from reproduce.other_defaults import knob_claim_rows
     return [{**r, "length": _length(long_agg[r["b"]]["budget_detail"])} for r in knob_claim_rows(long_agg)
             if r["a"] in long_agg and r["b"] in long_agg]
 
@@ -102,8 +102,8 @@ def section(report: dict, ms, table) -> list[str]:
     L = ["## Longer budget", ""]
     long = report.get("long")
     if not long or not long["cells"]:
-        return L + ["(no long-budget cells in this report: run `python -m mmjax.reproduce --budget long --cells "
-                    "<names> --out DIR` and pass `--long-out DIR` — see `mmjax/reproduce/longer_budget.py`)", ""]
+        return L + ["(no long-budget cells in this report: run `python -m reproduce --budget long --cells "
+                    "<names> --out DIR` and pass `--long-out DIR` — see `reproduce/longer_budget.py`)", ""]
     L += [f"Cells rerun at the long budget ({long['factor']}× the default training length, otherwise the same "
           f"config, validation every epoch, best-on-validation parameters): `{long['out']}`. Regenerate: "
           + ", then ".join(f"`{c}`" for c in long['command'].split("; ")) + ".", ""]

@@ -1,10 +1,10 @@
 """The report's "Other defaults" section: claims re-checked with cells that change one reconstructed project default
-(the `knobs` group of `mmjax.reproduce.grid`, docs/design.md#reproduction).
+(the `knobs` group of `reproduce.grid`, reproduce/README.md).
 
 A knob cell names the claim cell it stands in for (`CellSpec.variant_of`) and the one config field it changes
 (`CellSpec.knob`); it runs in the same default-budget grid with the same seeds. For each knob, every claim with a
 cell that has a variant under that knob is evaluated again with the variant(s) substituted — both sides when both
-have one — by the same verdict rule (`mmjax.reproduce.claims.check`):
+have one — by the same verdict rule (`reproduce.claims.check`):
 
     claim a → b,  knob k:   a' = variant_k(a) or a,   b' = variant_k(b) or b,   Δ_k = mean(b') − mean(a')
 
@@ -15,8 +15,8 @@ of the aggregated cells.
 
 from __future__ import annotations
 
-from mmjax.reproduce.claims import CLAIMS, check, outcome_phrase, spread_text
-from mmjax.reproduce.grid import SPEC_BY_NAME, knob_variants
+from reproduce.claims import CLAIMS, check, outcome_phrase, spread_text
+from reproduce.grid import SPEC_BY_NAME, knob_variants
 
 
 def knob_claim_rows(agg: dict) -> list[dict]:
@@ -44,11 +44,11 @@ def section(report: dict, ms, table) -> list[str]:
     agg = report["cells"]
     knob_cells = [(n, c) for n, c in agg.items() if c["group"] == "knobs"]
     if not knob_cells:
-        return L + ["(no knob cells in this report: the `knobs` group of `mmjax/reproduce/grid.py` runs with the "
+        return L + ["(no knob cells in this report: the `knobs` group of `reproduce/grid.py` runs with the "
                     "default-budget grid)", ""]
     L += ["Claim cells rerun with one reconstructed default changed (same budget, seeds and everything else; "
           "best-on-validation parameters). The papers do not state these choices; the project default is one "
-          "reading, the knob another (docs/design.md#reproduction).", ""]
+          "reading, the knob another (reproduce/README.md).", ""]
     rows = []
     for name, c in knob_cells:
         spec = SPEC_BY_NAME[name]

@@ -1,8 +1,8 @@
 """The reproduction report: `reproduction.md` (tables), `reproduction.json` (every number) and `figures/*.png`.
 
 Protocol: the test split scored with the best-on-validation parameters ('best'); the final-state numbers stand
-beside them. Cells are aggregated over seeds (mean ± sample std); claims follow `mmjax.reproduce.claims.verdict`.
-All functions take the cell records (`cell.json` contents, `mmjax.reproduce.runner`) and are pure apart from
+beside them. Cells are aggregated over seeds (mean ± sample std); claims follow `reproduce.claims.verdict`.
+All functions take the cell records (`cell.json` contents, `reproduce.runner`) and are pure apart from
 `write_report`.
 """
 
@@ -13,14 +13,14 @@ import os
 import platform
 import shutil
 
-from mmjax.reproduce.claims import CLAIMS, SETTINGS, VERDICT_RULE, cell_values, check, spread_name
-from mmjax.reproduce.figures import copy_heatmaps, write_figures
-from mmjax.reproduce import longer_budget, other_defaults, provenance, summary
-from mmjax.reproduce.summary import HEAD_NEAR_BASE, NEAR_CHANCE, short_why, suite_facts
-from mmjax.reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
-from mmjax.reproduce.metrics import CONDITIONS, summarize
-from mmjax.reproduce.curves import END_KEYS, largest_val_drop, last_value
-from mmjax.reproduce.runner import CODE_MOVED_NOTE
+from reproduce.claims import CLAIMS, SETTINGS, VERDICT_RULE, cell_values, check, spread_name
+from reproduce.figures import copy_heatmaps, write_figures
+from reproduce import longer_budget, other_defaults, provenance, summary
+from reproduce.summary import HEAD_NEAR_BASE, NEAR_CHANCE, short_why, suite_facts
+from reproduce.grid import LONG_FACTOR, SMOKE_STEPS, SPECS
+from reproduce.metrics import CONDITIONS, summarize
+from reproduce.curves import END_KEYS, largest_val_drop, last_value
+from reproduce.runner import CODE_MOVED_NOTE
 
 PROTOCOL_NOTE = ("Test split (ShapesWorld `test`, retrieval protocol 'all'); **best-on-validation parameters** "
                  "(validation RSUM of the training similarity), final-state parameters beside them.")
@@ -200,8 +200,10 @@ def render_markdown(report: dict) -> str:
          f"on {report['machine']}; the grid table gives each cell's 1-minute load average when it finished "
          "(– where the cell predates that record).", ""]
     if report.get("restored"):
-        L += [f"{report['restored']} of the {report['runs_finished']} cell runs come from the committed cell "
-              f"records (`--archive`, `mmjax.reproduce.archive`): their numbers, wall time, load and code version are "
+        share = (f"All {report['restored']}" if report["restored"] == report["runs_finished"]
+                 else f"{report['restored']} of the {report['runs_finished']}")
+        L += [f"{share} cell runs come from the committed cell "
+              f"records (`--archive`, `reproduce.archive`): their numbers, wall time, load and code version are "
               "those of the run that made the record; the heat maps are re-drawn from the stored matrices.", ""]
     code_line = provenance.sentence(report["code"], report["code"]["end_labelled"]) if report.get("code") else ""
     L += ([code_line, ""] if code_line else []) + [PROTOCOL_NOTE, ""]
@@ -315,7 +317,7 @@ def machine_description() -> str:
 def build_report(records: list[dict], *, budget: str, seeds: int, command: str, out: str,
                  long_records: list[dict] | None = None, long_out: str = "") -> dict:
     """The report dict; `long_records` (cells of a `long` budget grid in `long_out`) feed the "Longer budget"
-    section and end the evidence of the claims whose two cells both ran there (`mmjax.reproduce.longer_budget`)."""
+    section and end the evidence of the claims whose two cells both ran there (`reproduce.longer_budget`)."""
     agg = aggregate(records)
     claims = claim_rows(agg, budget)
     report = {"budget": budget, "seeds": seeds, "command": command, "out": out, "machine": machine_description(),

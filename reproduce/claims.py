@@ -1,4 +1,4 @@
-"""The paper claims the reproduction checks, and the verdict rule (docs/design.md#reproduction).
+"""The paper claims the reproduction checks, and the verdict rule (reproduce/README.md).
 
 Every claim row is one difference between two grid cells on one metric, d = mean(b) − mean(a) over seeds, beside the
 paper's own difference for the same comparison. The verdict rule, with n_a, n_b seeds and sample standard deviations
@@ -23,7 +23,7 @@ s_a, s_b (ddof = 1):
     the shared base moves both cells alike (the CLIP's own seed spread is not a difference between the heads).
 
 Paper numbers and where they come from are in `CLAIMS` (`source`); the ShapesWorld metrics that stand in for the
-papers' benchmarks are named in `mmjax.reproduce.metrics`.
+papers' benchmarks are named in `reproduce.metrics`.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ class Claim:
     id: str
     group: str          # the paper claim this row belongs to (rows of one claim share it)
     text: str           # what the paper says, in words
-    a: str              # grid cell names (`mmjax.reproduce.grid`)
+    a: str              # grid cell names (`reproduce.grid`)
     b: str
-    metric: str         # key of `mmjax.reproduce.metrics.cell_metrics`
+    metric: str         # key of `reproduce.metrics.cell_metrics`
     paper_a: float | None
     paper_b: float | None
     source: str
@@ -244,7 +244,7 @@ def outcome_phrase(what: str, row: dict) -> str:
 
 
 def cell_values(agg: dict, cell: str, which: str, metric: str, seeds=None) -> list:
-    """Per-seed values of `metric` for `cell` in an aggregate (`mmjax.reproduce.report.aggregate`): the finite ones
+    """Per-seed values of `metric` for `cell` in an aggregate (`reproduce.report.aggregate`): the finite ones
     in seed order, or with `seeds` one entry per seed listed (None where that seed did not run or gave no value)."""
     summary = ((agg.get(cell) or {}).get("metrics", {}).get(which, {}).get(metric) or {})
     if seeds is None:

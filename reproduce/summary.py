@@ -5,8 +5,8 @@ the frozen CLIP), and the re-checks that change a verdict (the other recipe, a k
 
 from __future__ import annotations
 
-from mmjax.reproduce.claims import spread_text
-from mmjax.reproduce.metrics import CONDITIONS
+from reproduce.claims import spread_text
+from reproduce.metrics import CONDITIONS
 
 HEAD_NEAR_BASE = 2.0   # points: a suite claim's evidence notes heads this close to the frozen CLIP they sit on
 NEAR_CHANCE = 5.0      # points: a suite claim's evidence notes when both cells are this close to chance

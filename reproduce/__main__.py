@@ -1,11 +1,11 @@
-"""`python -m mmjax.reproduce --budget {smoke,default,long} --seeds N [--first-seed K] --out DIR [--cells a,b]
+"""`python -m reproduce --budget {smoke,default,long} --seeds N [--first-seed K] --out DIR [--cells a,b]
 [--report-only] [--long-out DIR_LONG] [--clip-from DIR_BASE] [--archive docs/reproduction/records]
-[--publish docs/reproduction.md]`.
+[--publish docs/reproduction.md] [--config-dir DIR_CONFIGS]`, run from the repository root (reproduce/README.md).
 
-Runs the unfinished cells of the grid (`mmjax.reproduce.grid`) in DIR, then writes DIR/reproduction.md,
+Runs the unfinished cells of the grid (`reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository
 are restored into DIR (and DIR_LONG) first and every record is saved there as soon as its cell finishes (and all
-of them once more at the end; `mmjax.reproduce.archive`). Exit status 1 when a cell failed (the report is still
+of them once more at the end; `reproduce.archive`). Exit status 1 when a cell failed (the report is still
 written from the others). While DIR/PAUSE exists the grid waits before its next cell (`runner.wait_while_paused`).
 """
 
@@ -18,8 +18,9 @@ import time
 
 
 def parse_args(argv):
-    from mmjax.reproduce.grid import BUDGETS
-    p = argparse.ArgumentParser(prog="python -m mmjax.reproduce", description=__doc__.split("\n\n")[1])
+    from reproduce import paths
+    from reproduce.grid import BUDGETS
+    p = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__.split("\n\n")[1])
     p.add_argument("--budget", choices=BUDGETS, default="default",
                    help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets; long: 5× "
                    "the default training length (use with --cells)")
@@ -39,6 +40,8 @@ def parse_args(argv):
                    "CLIP of its own")
     p.add_argument("--publish", default="", help="also copy the report to this .md path, figures beside it in a "
                    "directory of the same name (e.g. docs/reproduction.md + docs/reproduction/)")
+    p.add_argument("--config-dir", default=paths.CONFIG_DIR, help="directory of the config files the cells build on "
+                   "(default: configs/ of the repository this program sits in, %(default)s)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
@@ -48,7 +51,7 @@ def parse_args(argv):
 
 
 def command_line(args) -> str:
-    parts = ["python -m mmjax.reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}"]
+    parts = ["python -m reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}"]
     if args.first_seed:
         parts.append(f"--first-seed {args.first_seed}")
     parts.append(f"--out {args.out}")
@@ -62,7 +65,14 @@ def command_line(args) -> str:
         parts.append(f"--archive {args.archive}")
     if args.publish:
         parts.append(f"--publish {args.publish}")
+    if not _default_config_dir(args.config_dir):
+        parts.append(f"--config-dir {args.config_dir}")
     return " ".join(parts)
+
+
+def _default_config_dir(config_dir: str) -> bool:
+    from reproduce import paths
+    return os.path.abspath(config_dir) == os.path.abspath(paths.CONFIG_DIR)
 
 
 def main(argv=None) -> int:
@@ -70,14 +80,16 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
-    from mmjax.reproduce import archive
-    from mmjax.reproduce.grid import make_grid
-    from mmjax.reproduce.report import write_report
-    from mmjax.reproduce.runner import check_budget, check_clip_source, load_cell, run_grid
-    from mmjax.reproduce.longer_budget import LONG_BUDGET, load_records
+    from reproduce import archive
+    from reproduce.grid import make_grid
+    from reproduce.report import write_report
+    from reproduce.runner import check_budget, check_clip_source, load_cell, run_grid
+    from reproduce.longer_budget import LONG_BUDGET, load_records
     try:
         cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None,
                           with_clip=not args.clip_from, first_seed=args.first_seed)
+        if not args.report_only and not os.path.isdir(args.config_dir):
+            raise ValueError(f"--config-dir {args.config_dir}: not a directory")
         if args.clip_from and not args.report_only:
             check_clip_source(cells, args.clip_from)
         check_budget(args.out, args.budget, args.first_seed + args.seeds)  # grid.json: 1 + the largest seed
@@ -92,7 +104,7 @@ def main(argv=None) -> int:
                       f"{', '.join(restored)}", flush=True)
         long_records = load_records(args.long_out) if args.long_out else None
     except ValueError as e:  # a bad cell name, a directory of another budget, a bad archived record: no traceback
-        print(f"python -m mmjax.reproduce: error: {e}", file=sys.stderr)
+        print(f"python -m reproduce: error: {e}", file=sys.stderr)
         return 2
     failed = []
     if not args.report_only:
@@ -101,7 +113,8 @@ def main(argv=None) -> int:
         if args.archive:  # each record is archived as soon as its cell finishes, not only when the grid ends
             def on_finished(cell):
                 archive.save([cell], args.out, args.archive, args.budget)
-        status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from)
+        status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from,
+                          config_dir=args.config_dir)
         failed = status["failed"]
         print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)
@@ -115,7 +128,7 @@ def main(argv=None) -> int:
     report = write_report(records, args.out, budget=args.budget, seeds=args.seeds, command=command_line(args),
                           long_records=long_records, long_out=args.long_out)
     if args.publish:
-        from mmjax.reproduce.report import publish
+        from reproduce.report import publish
         print(f"[reproduce] published to {args.publish} (figures in {publish(args.out, args.publish)})", flush=True)
     verdicts = {}
     for row in report["claims"]:

@@ -1,4 +1,4 @@
-"""Resumable execution of the reproduction grid, one cell at a time (docs/design.md#reproduction).
+"""Resumable execution of the reproduction grid, one cell at a time (reproduce/README.md).
 
 A cell trains in `DIR/cells/<name>/seed<k>/` with `mmjax.experiment.run` (which itself resumes from the cell's
 checkpoints), evaluates its final and best-on-validation exports into `eval_final/` and `eval_best/`, and writes
@@ -17,9 +17,10 @@ import time
 import traceback
 
 from mmjax.batching import progress
-from mmjax.reproduce.grid import Cell, budget_summary, build_config
-from mmjax.reproduce.curves import training_curves
-from mmjax.reproduce.metrics import cell_arrays, cell_metrics
+from reproduce import paths
+from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config
+from reproduce.curves import training_curves
+from reproduce.metrics import cell_arrays, cell_metrics
 
 
 def _write_json(path: str, obj) -> None:
@@ -83,7 +84,7 @@ def code_version() -> dict:
     """{"commit", "dirty"} of the repository's checkout now ({} outside a git checkout). A cell records the version
     its grid process was launched on (`run_grid` reads it once, before the first cell): a Python process keeps the
     code it imported, so the checkout's HEAD when the cell ends may be a later commit the cell never ran."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = paths.ROOT
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=30, check=True).stdout.strip()
@@ -124,14 +125,15 @@ def check_clip_source(cells: list[Cell], clip_out: str) -> None:
                                  f"of seed {seed} there first)")
 
 
-def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code: dict | None = None) -> dict:
+def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code: dict | None = None,
+             config_dir: str = CONFIG_DIR) -> dict:
     """Trains and evaluates one cell (module docstring); returns its cell.json content. `clip_out`: the grid
     directory whose CLIP a head sits on (default `out`). `launch_code`: `code_version()` when this process started
     the grid (default: now); when the checkout has moved on by the time the cell ends, the record keeps both."""
     launch_code = code_version() if launch_code is None else launch_code
     from mmjax import experiment
     workdir = cell.workdir(out)
-    config = build_config(cell, budget, out, clip_out=clip_out)
+    config = build_config(cell, budget, out, clip_out=clip_out, config_dir=config_dir)
     os.makedirs(workdir, exist_ok=True)
     if cell.spec.needs_clip:  # the shared feature cache is written by the first head that needs it
         os.makedirs(config.data.cache_dir, exist_ok=True)
@@ -203,12 +205,13 @@ def wait_while_paused(out: str, log=print) -> float:
     return waited
 
 
-def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None, clip_out: str = "") -> dict:
+def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None, clip_out: str = "",
+             config_dir: str = CONFIG_DIR) -> dict:
     """Runs every unfinished cell of `cells` in order; returns {"done": [...], "skipped": [...], "failed": [...]}.
-    A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason).
-    `on_finished(cell)` is called after each cell that finishes here (the CLI archives its record at once, so a grid
-    stopped hours later loses no finished cell). Before each cell it waits while `out/PAUSE` exists
-    (`wait_while_paused`)."""
+    A Flow-CLIP head whose CLIP cell failed is not attempted (it would fail for the same reason). `config_dir`: the
+    configs the cells build on (`--config-dir`). `on_finished(cell)` is called after each cell that finishes here
+    (the CLI archives its record at once, so a grid stopped hours later loses no finished cell). Before each cell it
+    waits while `out/PAUSE` exists (`wait_while_paused`)."""
     status = {"done": [], "skipped": [], "failed": []}
     failed_clip = set()
     launch_code = code_version()  # what this process imported; every cell it runs records this version
@@ -225,7 +228,8 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
                 wait_while_paused(out, log)
                 t0 = time.perf_counter()
                 try:
-                    record = run_cell(cell, out, budget, clip_out=clip_out, launch_code=launch_code)
+                    record = run_cell(cell, out, budget, clip_out=clip_out, launch_code=launch_code,
+                                      config_dir=config_dir)
                 except Exception as e:  # noqa: BLE001 — one cell's failure is recorded; the grid goes on
                     os.makedirs(cell.workdir(out), exist_ok=True)
                     _write_json(os.path.join(cell.workdir(out), "cell_error.json"),

@@ -5,7 +5,7 @@
     flowclip_controls.png  ARO-style mean of the same cells under Real / Shuffle / Fixed images, chance as a line
     training_curves.png    training loss and validation RSUM against the step, per seed (the stability check)
 
-`aggregate` is `mmjax.reproduce.report.aggregate`'s output; `which` is 'best' (best-on-validation parameters, the
+`aggregate` is `reproduce.report.aggregate`'s output; `which` is 'best' (best-on-validation parameters, the
 final ones for a cell without a best export — the report's grid table notes which) or 'final'.
 """
 

@@ -1,4 +1,4 @@
-"""The reproduction grid: which cells are trained, from which config, at which budget (docs/design.md#reproduction).
+"""The reproduction grid: which cells are trained, from which config, at which budget (reproduce/README.md).
 
 A cell is (name, a config builder applied to a base config from `configs/`, seed). Everything a cell does not name
 stays as its base config has it, so the ablation cells differ only in the fields their builder sets:
@@ -14,7 +14,7 @@ stays as its base config has it, so the ablation cells differ only in the fields
     knobs      claim cells with one reconstructed project default changed (`CellSpec.variant_of` names the cell,
                `CellSpec.knob` the change): GD + ISD with the hinge shape φ(x) = [x]_+ instead of exp(5x), the
                spec's named alternative (docs/design.md#gd-loss); the report re-checks the claims with them
-               (`mmjax.reproduce.other_defaults`)
+               (`reproduce.other_defaults`)
 
 Budgets: 'default' = the main-job budget with validation every epoch, so every cell has a best-on-validation
 export: the retrieval configs' default variant (2 epochs), and the `cpu` variants of the Flow-CLIP grid (the CLIP:
@@ -35,11 +35,13 @@ import importlib.util
 import os
 from collections.abc import Callable
 
+from reproduce import paths
+
 BUDGETS = ("smoke", "default", "long")
 LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or epochs), same cadence per epoch
 SMOKE_STEPS = 4
 HARD_NEGATIVE_RAMP_EPOCHS = 1.0
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
+CONFIG_DIR = paths.CONFIG_DIR  # the repository's configs/ (`--config-dir` overrides it per run)
 GROUPS = ("ablation", "baselines", "flowclip", "knobs")
 
 
@@ -124,7 +126,7 @@ def load_config_module(name: str, config_dir: str = CONFIG_DIR):
     path = os.path.join(config_dir, f"{name}.py")
     if not os.path.exists(path):
         raise FileNotFoundError(f"config file {path} not found (the reproduction reads the repository's configs/)")
-    spec = importlib.util.spec_from_file_location(f"_mmjax_reproduce_configs_{name}", path)
+    spec = importlib.util.spec_from_file_location(f"_reproduce_configs_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,21 +1,26 @@
-"""Which code the grid's cells ran on, and whether that code differs where it matters (docs/design.md#reproduction).
+"""Which code the grid's cells ran on, and whether that code differs where it matters (reproduce/README.md).
 
 A grid spread over sessions runs on several commits: each cell record names the commit its grid process was
-launched on (`runner.code_version`). Most commits between them touch only the report (`mmjax/reproduce/`), which
-cannot change a cell's numbers. `compare(commits)` asks git whether the code a cell's numbers depend on —
-`COMPUTE_PATHS`, the library and the configs, less the report package — is identical at every commit, so the report
-can say so (or name the commits that differ) instead of leaving the reader to diff them.
+launched on (`runner.code_version`). Most commits between them touch only the study's own code — the runner and
+the report, `reproduce/` at the repository root (`mmjax/reproduce/` in older commits) — which cannot change a
+cell's numbers. `compare(commits)` asks git whether the code a cell's numbers depend on — `COMPUTE_PATHS`, the
+library and the configs — is identical at every commit, so the report can say so (or name the commits that differ)
+instead of leaving the reader to diff them.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 
-# What a cell's numbers depend on: the library (models, losses, training, evaluation, data) and the configs; the
-# reproduction package only schedules cells and renders records.
+from reproduce import paths
+
+# What a cell's numbers depend on: the library (models, losses, training, evaluation, data) and the configs. The
+# study's own code only schedules cells and renders records: today `reproduce/`, outside both paths; older commits
+# kept it inside the library as `mmjax/reproduce/`, hence the exclusion (a no-op for newer commits).
 COMPUTE_PATHS = ("mmjax", "configs", ":(exclude)mmjax/reproduce")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = paths.ROOT
+# The report's name for COMPUTE_PATHS: the study's own code is not part of what the cells compute.
+SCOPE = "`mmjax/` and `configs/` (the study's own code aside: `reproduce/`, formerly `mmjax/reproduce/`)"
 
 
 def compare(commits: list[str], root: str = ROOT) -> dict:
@@ -67,12 +72,11 @@ def sentence(result: dict, n_end_labelled: int = 0) -> str:
         return ""
     end = (f" {n_end_labelled} record(s) predate launch-time capture and name the checkout when the cell ended, "
            "possibly a later commit than the process had loaded." if n_end_labelled else "")
-    paths = "`mmjax/` (less `mmjax/reproduce/`) and `configs/`"
     parts = [f"Code: the cells ran on {n} commit(s) ({', '.join(commits)})"]
     if result["differ"]:
-        parts.append(f"{paths} differ from the oldest, {commits[0]}, at {', '.join(result['differ'])}")
+        parts.append(f"{SCOPE} differ from the oldest, {commits[0]}, at {', '.join(result['differ'])}")
     elif n > 1:
-        parts.append(f"{paths} are identical at all of them, so the commits differ only in the report and runner, "
+        parts.append(f"{SCOPE} are identical at all of them, so the commits differ only in the report and runner, "
                      "not in what the cells compute")
     if result["dirty"]:
         parts.append(f"{', '.join(result['dirty'])} ran with uncommitted edits, which no diff can show")

@@ -1,4 +1,4 @@
-"""Cell records kept in the repository, so a grid outlives its output directory (docs/design.md#reproduction).
+"""Cell records kept in the repository, so a grid outlives its output directory (reproduce/README.md).
 
 A grid's output directory (checkpoints, exports, evaluations; hundreds of MB) is scratch outside git, and a fresh
 checkout has none of it. All the report needs of a finished cell is its `cell.json` record: every number, the K × K
@@ -49,7 +49,7 @@ def _portable(record: dict) -> dict:
 
 def save(cells, out: str, archive: str, budget: str) -> list[str]:
     """Writes the finished record of every cell of `cells` in `out` to `archive`; returns the paths it (re)wrote."""
-    from mmjax.reproduce.runner import read_record
+    from reproduce.runner import read_record
     written = []
     for cell in cells:
         found = read_record(cell.workdir(out))

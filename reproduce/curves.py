@@ -1,5 +1,5 @@
 """Training curves of a grid cell: every logged loss and validation RSUM of its run, kept in the cell record, so the
-report can show that no cell collapses when hardest negatives come in (docs/design.md#reproduction).
+report can show that no cell collapses when hardest negatives come in (reproduce/README.md).
 
     curves = {"train": {"step": [...], "loss/<term>": [...]}, "val": {"step": [...], "val/rsum": [...]}}
 
