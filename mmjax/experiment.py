@@ -22,6 +22,7 @@ from mmjax.config_validation import check_export_matches, check_resume, recorded
 from mmjax.evaluation.evaluators.retrieval import flat_metrics
 from mmjax.evaluation.run import DEFAULT_EVALS, run_evals, write_results
 from mmjax.losses import similarity_options
+from mmjax.similarity import inference_kind
 from mmjax.tasks import build_task
 from mmjax.train.export import load_exported
 from mmjax.train.loop import train
@@ -37,25 +38,29 @@ def scoring(config) -> dict:
 
 
 def validation_evals(config) -> dict:
-    """The evaluators run every validation: the config's retrieval evaluator(s), exactly as configured."""
-    evals = dict(config.get("evals") or DEFAULT_EVALS)
+    """The evaluators run every validation: `config.val_evals` when the config sets it (e.g. only the score the
+    checkpoint is selected on), else the config's retrieval evaluator(s) exactly as configured."""
+    evals = dict(config.get("val_evals") or config.get("evals") or DEFAULT_EVALS)
     chosen = {k: v for k, v in evals.items() if dict(v).get("type", k) == "retrieval"}
     if not chosen:
-        raise ValueError("config.evals has no 'retrieval' evaluator to validate with (set config.train.eval_every=0 "
-                         "to train without validation)")
+        raise ValueError("config.val_evals / config.evals has no 'retrieval' evaluator to validate with (set "
+                         "config.train.eval_every=0 to train without validation)")
     return chosen
 
 
 def make_validator(config, task):
-    """validate(variables) -> flat metrics ("rsum" of the training similarity drives best-checkpointing)."""
+    """validate(variables) -> flat metrics (`flat_metrics`): the inference score of the training similarity
+    (`mmjax.similarity.inference_kind`: top-k for MaxMatch) unprefixed; `train.select_metric` (default "rsum", e.g.
+    "semantic/rsum") picks the best checkpoint."""
     evals, score = validation_evals(config), scoring(config)
     split = config.data.get("val_split", "val")
+    primary = inference_kind(score["similarity"]) if score.get("similarity") else None
 
     def validate(variables):
         context = task.eval_context(variables, split, suites=False)
         results = run_evals(evals, context, **score)
         name = next(iter(evals))
-        return flat_metrics(results[name], primary=score.get("similarity"))
+        return flat_metrics(results[name], primary=primary)
 
     return validate
 
@@ -70,10 +75,10 @@ def run(config, workdir: str, *, hooks=()) -> dict:
                    export_info=export_info, check_resume=check_resume)
     val = result["final_val"]
     if val and jax.process_index() == 0:
-        print("\nValidation results (last step):")
+        print("\nValidation results (last step; semantic = every image a caption is true of counts):")
         for k, v in val.items():
-            if "/" not in k:
-                print(f"  {k:12s} {v:8.2f}")
+            if "/" not in k or k.startswith("semantic/"):
+                print(f"  {k:20s} {v:8.2f}")
     if config.get("final_eval") and jax.process_index() == 0:
         result["results"] = evaluate(config, workdir, task=task)
     return result

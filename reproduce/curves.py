@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 
-# Prefixes of the metrics.jsonl fields a record keeps as training curves: the loss terms, the validation RSUM, and
+# Prefixes of the metrics.jsonl fields a record keeps as training curves: the loss terms, the validation RSUM (and its
+# semantic-ground-truth form, the converged budget's selection metric), and
 # for the Flow-CLIP heads the size of the local-branch score and the learned logit scale.
-CURVE_KEYS = ("loss/", "val/rsum", "mean_abs_s_local", "logit_scale")
+CURVE_KEYS = ("loss/", "val/rsum", "val/semantic/rsum", "mean_abs_s_local", "logit_scale")
 END_KEYS = ("mean_abs_s_local", "logit_scale")   # their values at the last logged step join the report's evidence
 
 

@@ -12,9 +12,10 @@ stays as its base config has it, so the ablation cells differ only in the fields
                heads on it; the heads of seed k use the CLIP of seed k (each seed replicates the whole pipeline) and
                share its feature cache
     knobs      claim cells with one reconstructed project default changed (`CellSpec.variant_of` names the cell,
-               `CellSpec.knob` the change): GD + ISD with the hinge shape φ(x) = [x]_+ instead of exp(5x), the
-               spec's named alternative (docs/design.md#gd-loss); the report re-checks the claims with them
-               (`reproduce.other_defaults`)
+               `CellSpec.knob` the change): GD + ISD with the hinge shape φ(x) = [x]_+ instead of exp(5x)
+               (docs/design.md#gd-loss); the other reading of the source's GD/ISD numbers (reading B: δ = 0.8 for
+               both margins, shape scale 0.5); δ_gd = 0.8 alone; the S_H cells' margin and temperature in cosine
+               units (`loss.score_units='cosine'`); the report re-checks the claims with them
 
 Budgets: 'default' = the main-job budget with validation every epoch, so every cell has a best-on-validation
 export: the retrieval configs' default variant (2 epochs), and the `cpu` variants of the Flow-CLIP grid (the CLIP:
@@ -22,7 +23,12 @@ width 128, 2 + 2 layers, 4 epochs of batch 256; the heads: 300 steps of batch 64
 configs' own defaults (20 CLIP epochs at width 256, 5 head epochs of batch 256) take hours per cell on 2 cores;
 'smoke' = the configs' `smoke` variants (ShapesWorld `tiny`, small models) cut to `SMOKE_STEPS` steps with one
 validation at the end; 'long' = the default budget with `LONG_FACTOR` × the training length (epochs, or steps and
-validation interval for the heads), for the cells whose verdict may depend on the budget (run with `--cells`).
+validation interval for the heads), for the cells whose verdict may depend on the budget (run with `--cells`);
+'converged' = the retrieval cells trained `CONVERGED_EPOCHS` epochs with `VALIDATIONS_PER_EPOCH` validations per epoch,
+the best checkpoint selected on the metric the MaxMatch claims use (`SELECT_METRIC`: semantic RSUM of the cell's
+inference score) and the test split scored under every common score (`COMMON_SCORES`) — the budget the headline
+verdicts come from (docs/reproduction/protocol.md); 'converged_x2' = the same with twice the epochs, the check that
+the converged budget has converged.
 Every cell evaluates the test split itself (`final_eval` off); the data seed is fixed, the seed varies init and
 batch order (`config.seed`). Every retrieval cell ramps hardest negatives in over `HARD_NEGATIVE_RAMP_EPOCHS` after the
 VSE0 warm-up (`loss.hard_negative_ramp_epochs`), the stability choice of docs/design.md#vse0-warmup.
@@ -35,10 +41,18 @@ import importlib.util
 import os
 from collections.abc import Callable
 
+from mmjax.similarity import inference_kind
+
 from reproduce import paths
 
-BUDGETS = ("smoke", "default", "long")
+BUDGETS = ("smoke", "default", "long", "converged", "converged_x2")
 LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or epochs), same cadence per epoch
+CONVERGED_EPOCHS = {"converged": 10, "converged_x2": 20}
+VALIDATIONS_PER_EPOCH = 2
+SELECT_METRIC = "semantic/rsum"   # the validation metric of the best checkpoint at the converged budgets
+# Every retrieval cell's test split is scored under each of these at the converged budgets (the common-score
+# sensitivity table), besides its own inference score; top-k with k = m = min(n_V, n_T) (4 here).
+COMMON_SCORES = ("maxmatch", "maxmatch_topk", "smooth_chamfer", "mil")
 SMOKE_STEPS = 4
 HARD_NEGATIVE_RAMP_EPOCHS = 1.0
 CONFIG_DIR = paths.CONFIG_DIR  # the repository's configs/ (`--config-dir` overrides it per run)
@@ -81,6 +95,13 @@ def _loss(**fields):
 _DIV_MMD = dict(lambda_gd=0.0, lambda_isd=0.0)        # Div and MMD stay at the base config's weights
 _GD_ISD = dict(lambda_gd=0.1, lambda_isd=0.1)
 _HINGE = dict(gd_isd_shape="hinge")                   # the knob: GD/ISD shape [x]_+ instead of exp(5x)
+# The alternative reading of the source's GD/ISD numbers (λ = 0.1, δ = 0.6 or 0.8, "= 0.5" beside a widget with two
+# shape parameters): 0.5 is the shared shape's scale, not the ISD margin; δ = 0.8 for both margins.
+_READING_B = dict(delta_gd=0.8, delta_isd=0.8, gd_isd_scale=0.5)
+_COSINE_UNITS = dict(score_units="cosine")            # margin and InfoNCE temperature in cosine units for S_H cells
+_DELTA_08 = dict(delta_gd=0.8)                        # the source's other GD margin, project shape otherwise
+
+READING_B_KNOB = "loss.delta_gd=0.8, loss.delta_isd=0.8, loss.gd_isd_scale=0.5"
 
 SPECS: tuple[CellSpec, ...] = (
     CellSpec("mil_divmmd", "ablation", "MIL, Div+MMD", "maxmatch_shapes", adjust=_loss(similarity="mil", **_DIV_MMD),
@@ -109,6 +130,24 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("sh_full_hinge", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, hinge)", "maxmatch_shapes",
              adjust=_loss(similarity="maxmatch", **_GD_ISD, **_HINGE), similarity="maxmatch", variant_of="sh_full",
              knob="loss.gd_isd_shape='hinge'"),
+    CellSpec("sc_full_b", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (reading B)", "maxmatch_shapes",
+             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_READING_B),
+             similarity="smooth_chamfer", variant_of="sc_full", knob=READING_B_KNOB),
+    CellSpec("sh_full_b", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, reading B)", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_READING_B), similarity="maxmatch",
+             variant_of="sh_full", knob=READING_B_KNOB),
+    CellSpec("sh_divmmd_cos", "knobs", "S_H, Div+MMD (cosine units)", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_DIV_MMD, **_COSINE_UNITS), similarity="maxmatch",
+             variant_of="sh_divmmd", knob="loss.score_units='cosine'"),
+    CellSpec("sh_full_cos", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, cosine units)", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_COSINE_UNITS), similarity="maxmatch",
+             variant_of="sh_full", knob="loss.score_units='cosine'"),
+    CellSpec("sc_full_d08", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (δ_gd 0.8)", "maxmatch_shapes",
+             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_DELTA_08),
+             similarity="smooth_chamfer", variant_of="sc_full", knob="loss.delta_gd=0.8"),
+    CellSpec("sh_full_d08", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, δ_gd 0.8)", "maxmatch_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_DELTA_08), similarity="maxmatch",
+             variant_of="sh_full", knob="loss.delta_gd=0.8"),
 )
 SPEC_BY_NAME = {s.name: s for s in SPECS}
 
@@ -132,13 +171,20 @@ def load_config_module(name: str, config_dir: str = CONFIG_DIR):
     return module
 
 
-def _retrieval_evals(spec: CellSpec, config) -> dict:
-    """Every retrieval cell is scored with its own similarity, exact S_H and top-k inference; set analysis where
-    the model has sets. The compositional suites are left to the Flow-CLIP grid (the ablation reports none)."""
-    kinds = tuple(dict.fromkeys((spec.similarity, "maxmatch_topk", "maxmatch")))
-    evals = {"retrieval": {"type": "retrieval", "kinds": kinds}}
+def _retrieval_evals(spec: CellSpec, config, budget: str) -> dict:
+    """Every retrieval cell is scored with its own similarity, exact S_H and top-k inference (at the converged
+    budgets: its inference score and every one of `COMMON_SCORES`, on the whole test split); set analysis where the
+    model has sets (single elements under the training similarity at the quick budgets, as their records were made,
+    and under the inference score at the converged ones). The compositional suites are left to the Flow-CLIP grid."""
+    converged = budget in CONVERGED_EPOCHS
+    if converged:
+        kinds = tuple(dict.fromkeys((inference_kind(spec.similarity), spec.similarity, *COMMON_SCORES)))
+        evals = {"retrieval": {"type": "retrieval", "kinds": kinds, "fold_counts": (1,)}}
+    else:
+        kinds = tuple(dict.fromkeys((spec.similarity, "maxmatch_topk", "maxmatch")))
+        evals = {"retrieval": {"type": "retrieval", "kinds": kinds}}
     if config.model.set_head != "none":
-        evals["set_analysis"] = {"type": "set_analysis"}
+        evals["set_analysis"] = {"type": "set_analysis", **({} if converged else {"kind": spec.similarity})}
     return evals
 
 
@@ -159,6 +205,14 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
     if budget == "smoke":
         c.train.update(num_epochs=0, num_steps=SMOKE_STEPS, eval_every=SMOKE_STEPS, eval_every_epoch=False,
                        checkpoint_every=SMOKE_STEPS, log_every=2)
+    elif budget in CONVERGED_EPOCHS:
+        if c.task != "retrieval":
+            raise ValueError(f"the {budget!r} budget is defined for the retrieval cells, not {cell.name!r}")
+        c.train.update(num_epochs=CONVERGED_EPOCHS[budget], eval_every_epoch=True,
+                       evals_per_epoch=VALIDATIONS_PER_EPOCH, select_metric=SELECT_METRIC)
+        # Validation scores only what selects the checkpoint: the cell's inference score, whole val split.
+        c.val_evals = {"retrieval": {"type": "retrieval", "kinds": (inference_kind(spec.similarity),),
+                                     "fold_counts": (1,)}}
     elif c.train.num_steps:  # a step budget (the Flow-CLIP heads' `cpu` variant) keeps its own validation cadence
         c.train.eval_every_epoch = False
         if budget == "long":
@@ -168,7 +222,7 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
         if budget == "long":
             c.train.num_epochs = LONG_FACTOR * c.train.num_epochs
     if c.task == "retrieval":
-        c.evals = _retrieval_evals(spec, c)
+        c.evals = _retrieval_evals(spec, c, budget)
         # Stability choice for every retrieval cell alike (docs/design.md#vse0-warmup): hardest negatives come in over
         # one epoch after the VSE0 warm-up instead of at once, where the triplet-only Set Div recipe collapses.
         c.loss.hard_negative_ramp_epochs = HARD_NEGATIVE_RAMP_EPOCHS
@@ -203,4 +257,7 @@ def budget_summary(config) -> dict:
     t = config.train
     return {"num_epochs": int(t.num_epochs), "num_steps": int(t.num_steps),
             "batch_size": int(config.data.batch_size), "preset": config.data.get("preset", "(frozen CLIP cache)"),
-            "validation": "every epoch" if t.get("eval_every_epoch") else f"every {int(t.eval_every)} steps"}
+            "validation": (("every epoch" if int(t.get("evals_per_epoch", 1)) == 1
+                            else f"{int(t.evals_per_epoch)} per epoch") if t.get("eval_every_epoch")
+                           else f"every {int(t.eval_every)} steps"),
+            **({"select_metric": t.select_metric} if t.get("select_metric", "rsum") != "rsum" else {})}

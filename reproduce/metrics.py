@@ -2,12 +2,17 @@
 
 `cell_metrics(results, similarity)` → {name: float}:
 
-    retrieval/<score>/<k>     R@1/5/10 and RSUM (k in RETRIEVAL_KEYS) of every score, protocol 'all' (the test split)
-    rsum                      the RSUM the claims compare: the paper's inference mode — top-k (`maxmatch_topk`) for
-                              S_H-trained cells, otherwise the cell's own score (its training similarity, CLIP cosine,
-                              the Flow-CLIP / Global-M head score)
+    retrieval/<score>/<k>     R@1/5/10 and RSUM (k in RETRIEVAL_KEYS) of every score, protocol 'all' (the test split,
+                              source ground truth: a caption's only positive is the image it was written for)
+    retrieval/<score>/semantic/<k>   the same against the semantic ground truth (every image the caption is true of;
+                              ShapesWorld evaluations that have it)
+    rsum, rsum_sem            the RSUM the claims compare (source, semantic): the paper's inference mode — top-k
+                              (`maxmatch_topk`) for S_H-trained cells, otherwise the cell's own score (its training
+                              similarity, CLIP cosine, the Flow-CLIP / Global-M head score)
     cv/<modality>/<vectors>/{mean_cv, mean_log_cv}, cv_log_image (= cv/image/set/mean_log_cv)
-    single/full, single/element<i>   single-element RSUM (the cell's training similarity); single_gap = full − min_i
+    single/full, single/element<i>   single-element RSUM (the set-analysis score: the training similarity at the quick
+                              budgets, the inference score at the converged ones); single_gap = full − min_i;
+    single_sem/full, single_sem/element<i>   the same against the semantic ground truth
     suite/<task>/<condition>  compositional accuracy (%) under Real / Shuffle / Fixed; suite/<task>/chance
     binding_<condition>       mean accuracy over BINDING_SUITES (ShapesWorld's attribute-binding swaps: the stand-in
                               for the Flow-CLIP paper's five-task binding mean)
@@ -24,32 +29,39 @@ import math
 
 import numpy as np
 
+from mmjax.similarity import inference_kind
+
 RETRIEVAL_KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 CONDITIONS = ("real", "shuffle", "fixed")
 BINDING_SUITES = ("binding", "binding_swap_obj", "binding_swap_size")
 ARO_SUITES = ("relation", "binding", "order")
 PROTOCOL = "all"
+SEMANTIC = "semantic"
 
 
 def paper_score(scores, similarity: str | None) -> str | None:
-    """The retrieval score whose RSUM the claims compare (module docstring), among the evaluated `scores`."""
+    """The retrieval score whose RSUM the claims compare (module docstring), among the evaluated `scores`: the
+    inference score of the training similarity (`mmjax.similarity.inference_kind`), else the only score."""
     scores = list(scores)
-    if similarity == "maxmatch" and "maxmatch_topk" in scores:
-        return "maxmatch_topk"
-    if similarity in scores:
-        return similarity
+    if similarity is not None and inference_kind(similarity) in scores:
+        return inference_kind(similarity)
     return scores[0] if len(scores) == 1 else None
 
 
 def _retrieval(res: dict, similarity: str | None) -> dict:
     out = {}
     for score, by_protocol in res.items():
-        m = by_protocol.get(PROTOCOL) if isinstance(by_protocol, dict) else None
-        if isinstance(m, dict):
-            out.update({f"retrieval/{score}/{k}": float(m[k]) for k in RETRIEVAL_KEYS if k in m})
+        if not isinstance(by_protocol, dict):
+            continue
+        for protocol, prefix in ((PROTOCOL, f"retrieval/{score}"), (SEMANTIC, f"retrieval/{score}/{SEMANTIC}")):
+            m = by_protocol.get(protocol)
+            if isinstance(m, dict):
+                out.update({f"{prefix}/{k}": float(m[k]) for k in RETRIEVAL_KEYS if k in m})
     chosen = paper_score([s for s in res if f"retrieval/{s}/rsum" in out], similarity)
     if chosen is not None:
         out["rsum"] = out[f"retrieval/{chosen}/rsum"]
+        if f"retrieval/{chosen}/{SEMANTIC}/rsum" in out:
+            out["rsum_sem"] = out[f"retrieval/{chosen}/{SEMANTIC}/rsum"]
     return out
 
 
@@ -67,6 +79,10 @@ def _set_analysis(res: dict) -> dict:
         out.update({f"single/element{i}": v for i, v in enumerate(elements)})
         if elements:
             out["single_gap"] = out["single/full"] - min(elements)
+        sem = single.get(SEMANTIC)
+        if isinstance(sem, dict) and "full" in sem:
+            out["single_sem/full"] = float(sem["full"]["rsum"])
+            out.update({f"single_sem/element{i}": float(m["rsum"]) for i, m in enumerate(sem.get("elements", []))})
     return out
 
 

@@ -23,10 +23,10 @@ from mmjax.config_validation.rules import ConfigError
 # from the configs stay listed (`eval_max_blocks`, `train.fault_injection_kill_at_step`): config.json files saved
 # before their removal still hold them.
 OPERATIONAL = (
-    "train.log_every", "train.eval_every", "train.eval_every_epoch", "train.checkpoint_every",
+    "train.log_every", "train.eval_every", "train.eval_every_epoch", "train.evals_per_epoch", "train.checkpoint_every",
     "train.keep_checkpoints", "train.async_checkpoints", "train.progress_every_s",
     "train.fault_injection_kill_at_step", "data.prefetch", "data.num_workers", "sharding.*", "distributed.*",
-    "evals", "evals.*", "eval_split", "eval_max_blocks", "eval_caption_chunk", "final_eval", "benchmarks",
+    "evals", "evals.*", "val_evals", "val_evals.*", "eval_split", "eval_max_blocks", "eval_caption_chunk", "final_eval", "benchmarks",
     "benchmarks.*", "flowclip.score_chunk_images",
 )
 RELOCATABLE = ("data.path", "data.tokenizer_dir", "data.cache_dir", "data.clip_dir", "data.clip_workdir",

@@ -49,6 +49,7 @@ COMMON = {
     "eval_split": NAME, "eval_caption_chunk": Int(ge=1), "final_eval": BOOL,
     # mmjax.evaluation.registry: the evaluator types; each checks its own options (`_eval_options` below)
     "evals": MAPPING, "evals.*": MAPPING, "evals.*.type": Choice(_evaluators),
+    "val_evals": MAPPING, "val_evals.*": MAPPING, "val_evals.*.type": Choice(_evaluators),
     # mmjax.similarity.block_similarity options of an evaluator (the run's own are derived from config.loss)
     "evals.*.similarity_kw.alpha": Num(gt=0), "evals.*.similarity_kw.s_h": Num(),
     "evals.*.similarity_kw.match_on": Choice(("cos", "transformed")),
@@ -57,7 +58,8 @@ COMMON = {
 TRAINING = {
     **COMMON,
     "train.num_epochs": Int(ge=0), "train.num_steps": Int(ge=0), "train.log_every": Int(ge=1),
-    "train.eval_every": Int(ge=0), "train.eval_every_epoch": BOOL, "train.checkpoint_every": Int(ge=1),
+    "train.eval_every": Int(ge=0), "train.eval_every_epoch": BOOL, "train.evals_per_epoch": Int(ge=1),
+    "train.select_metric": NAME, "train.checkpoint_every": Int(ge=1),
     "train.keep_checkpoints": Int(ge=1), "train.async_checkpoints": BOOL,
     "train.compute_dtype": Choice(COMPUTE_DTYPES), "train.progress_every_s": Num(ge=0),
     # mmjax.train.optim
@@ -109,6 +111,7 @@ SCHEMA = {
         "loss.warmup_epochs": Int(ge=0), "loss.hard_negative_ramp_epochs": Num(ge=0),
         "loss.warmup_reduction": Choice(("mean", "sum")),
         "loss.reduction": Choice(("mean", "sum")), "loss.lambda_*": Num(ge=0), "loss.con_temperature": Num(gt=0),
+        "loss.score_units": Choice(("native", "cosine")),
         "loss.delta_gd": Num(), "loss.delta_isd": Num(), "loss.gd_isd_shape": Choice(("exp", "hinge")),
         "loss.gd_isd_scale": Num(gt=0), "loss.gd_target": Choice(("final", "residual")),
         "loss.isd_target": Choice(("final", "residual")), "loss.gd_stop_grad_global": BOOL,
@@ -239,16 +242,21 @@ def _clip_shapes(c):
 
 def _eval_options(c):
     from mmjax.evaluation.registry import option_problems
-    for name, options in c["evals"].items():
+    for group in ("evals", "val_evals"):
+        yield from _group_options(c, group, option_problems)
+
+
+def _group_options(c, group, option_problems):
+    for name, options in (c.get(group) or {}).items():
         if not isinstance(options, dict):
             continue
         kind = options.get("type", name)
         if kind not in _evaluators():
             if "type" not in options:  # a present but unknown type is reported by its own rule
-                yield f"evals.{name}.type", f"is missing and {name!r} names no evaluator; choose one of {_evaluators()}"
+                yield f"{group}.{name}.type", f"is missing and {name!r} names no evaluator; choose one of {_evaluators()}"
             continue
         for option, message in option_problems(kind, options):
-            yield (f"evals.{name}.{option}" if option else f"evals.{name}"), message
+            yield (f"{group}.{name}.{option}" if option else f"{group}.{name}"), message
 
 
 def _logit_scale(c):
@@ -263,7 +271,7 @@ CROSS_RULES = (
     (None, ("distributed.num_processes", "distributed.process_id"), _processes),
     (None, ("train.num_steps", "optim.warmup_steps"), _warmup_steps),
     (None, ("data.name",), _shapesworld_splits),
-    (None, ("evals",), _eval_options),
+    (None, (), _eval_options),
     ("retrieval", ("loss.solver", "loss.similarity", "model.set_head", "model.num_embeds"), _enumerate_k),
     ("retrieval", ("loss",), _loss_fields),
     ("retrieval", ("data.name", "model.text.tower", "model.image.tower"), _retrieval_towers),

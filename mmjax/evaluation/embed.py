@@ -131,33 +131,38 @@ def context_sets(context: dict, *, batch_size: int = 256) -> tuple[dict, dict]:
     return context["image_sets"], context["caption_sets"]
 
 
-def metrics_by_protocol(sim, caption_to_image, fold_counts: Sequence[int] = (1, 5)) -> dict:
+def metrics_by_protocol(sim, caption_to_image, fold_counts: Sequence[int] = (1, 5), positives=None) -> dict:
     """{"all": R@K metrics of the whole matrix, "folds<n>": their mean over n contiguous image folds} for each count
-    in `fold_counts` (1 → "all", e.g. COCO 5K; 5 → "folds5", COCO 1K). Counts that do not divide the number of
-    images are skipped with a warning."""
+    in `fold_counts` (1 → "all", e.g. COCO 5K; 5 → "folds5", COCO 1K), against the source ground truth; with
+    `positives` (bool [n_images, n_captions], the semantic ground truth) also "semantic" and "semantic_folds<n>"
+    (`mmjax.evaluation.retrieval`). Counts that do not divide the number of images are skipped with a warning."""
     c2i = np.asarray(caption_to_image, np.int64)
     out = {}
-    for folds in fold_counts:
-        if folds == 1:
-            out["all"] = recall_at_k(sim, c2i)
-        elif sim.shape[0] % folds == 0:
-            out[f"folds{folds}"] = recall_at_k_folds(sim, c2i, folds)
-        else:
-            log.warning("retrieval: %d images do not split into %d folds; skipped", sim.shape[0], folds)
+    for prefix, pos in (("", None), ("semantic", positives)):
+        if prefix and pos is None:
+            continue
+        for folds in fold_counts:
+            if folds == 1:
+                out[prefix or "all"] = recall_at_k(sim, c2i, positives=pos)
+            elif sim.shape[0] % folds == 0:
+                out[f"{prefix}_folds{folds}" if prefix else f"folds{folds}"] = recall_at_k_folds(sim, c2i, folds,
+                                                                                              positives=pos)
+            elif not prefix:
+                log.warning("retrieval: %d images do not split into %d folds; skipped", sim.shape[0], folds)
     return out
 
 
 def evaluate_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *,
                        kinds: Sequence[str] = ("maxmatch_topk", "maxmatch"), fold_counts: Sequence[int] = (1, 5),
                        similarity_kw: dict | None = None, image_chunk: int = 256, caption_tile: int = 32768,
-                       return_scores: bool = False) -> dict:
+                       positives=None, return_scores: bool = False) -> dict:
     """R@K metrics per similarity kind and protocol.
 
     Args:
       image_sets / caption_sets: {"set": [N, K, D], "mask": [N, K] (optional)} (outputs of `embed_retrieval_model`).
       caption_to_image: int [n_captions].
       kinds: similarity kinds to report (MaxMatch: `'maxmatch_topk'` = paper inference, `'maxmatch'` = exact S_H).
-      fold_counts: protocols (`metrics_by_protocol`).
+      fold_counts, positives: protocols (`metrics_by_protocol`; `positives` adds the semantic ground truth).
     Returns:
       {kind: {"all": metrics, "folds5": metrics, ...}}, plus {"scores": {kind: array}} when `return_scores`.
     """
@@ -167,7 +172,7 @@ def evaluate_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *
         sim = score_sets(image_sets["set"], caption_sets["set"], kind, image_sets.get("mask"),
                          caption_sets.get("mask"), image_chunk=image_chunk, caption_tile=caption_tile,
                          **(similarity_kw or {}))
-        results[kind] = {**metrics_by_protocol(sim, caption_to_image, fold_counts),
+        results[kind] = {**metrics_by_protocol(sim, caption_to_image, fold_counts, positives),
                          "score_seconds": time.perf_counter() - t0}
         if return_scores:
             scores[kind] = sim

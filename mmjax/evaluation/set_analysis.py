@@ -49,23 +49,27 @@ def circular_variance_summary(image_sets: dict, caption_sets: dict) -> dict:
 
 def single_element_retrieval(image_sets: dict, caption_sets: dict, caption_to_image, *, kind: str = "maxmatch",
                              similarity_kw: dict | None = None, image_chunk: int = 128,
-                             caption_tile: int = 4096) -> dict:
-    """{"full": metrics, "elements": [metrics for k in range(K_V)], "rsum_per_element": [...]} (module docstring)."""
+                             caption_tile: int = 4096, positives=None) -> dict:
+    """{"kind", "full": metrics, "elements": [metrics for k in range(K_V)], "rsum_per_element": [...]} against the
+    source ground truth (module docstring); with `positives` (the semantic ground truth, bool [n_images,
+    n_captions]) also "semantic": {"full", "elements"} from the same score matrices."""
     kw = dict(similarity_kw or {})
     img, img_mask = np.asarray(image_sets["set"]), image_sets.get("mask")
     txt, txt_mask = np.asarray(caption_sets["set"]), caption_sets.get("mask")
 
     def metrics(a, am):
         sim = score_sets(a, txt, kind, am, txt_mask, image_chunk=image_chunk, caption_tile=caption_tile, **kw)
-        return recall_at_k(sim, caption_to_image)
+        return (recall_at_k(sim, caption_to_image),
+                None if positives is None else recall_at_k(sim, caption_to_image, positives=positives))
 
-    full = metrics(img, img_mask)
-    elements = []
-    for k in range(img.shape[1]):
-        # Element k of an image whose element k is padded has no valid element: it is kept as is (documented gap).
-        elements.append(metrics(img[:, k:k + 1], None))
-    return {"kind": kind, "full": full, "elements": elements, "rsum_full": full["rsum"],
-            "rsum_per_element": [m["rsum"] for m in elements]}
+    full, full_sem = metrics(img, img_mask)
+    # Element k of an image whose element k is padded has no valid element: it is kept as is (documented gap).
+    per_element = [metrics(img[:, k:k + 1], None) for k in range(img.shape[1])]
+    out = {"kind": kind, "full": full, "elements": [m for m, _ in per_element], "rsum_full": full["rsum"],
+           "rsum_per_element": [m["rsum"] for m, _ in per_element]}
+    if positives is not None:
+        out["semantic"] = {"full": full_sem, "elements": [m for _, m in per_element]}
+    return out
 
 
 def element_similarity_matrix(image_sets: dict, caption_sets: dict, caption_to_image) -> np.ndarray:

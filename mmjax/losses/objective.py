@@ -7,7 +7,10 @@ MIL for PVSE, any kind with K = 1 for VSE∞); L_tri is the hardest-negative tri
 `warmup` is True — a static Python flag, so the trainer compiles one step function per phase, never one per step;
 during the optional hard-negative ramp `warmup` is a traced weight w ∈ [0, 1] and L_tri = w·L_all + (1 − w)·L_max,
 docs/design.md#vse0-warmup);
-L_con the symmetric multi-positive InfoNCE over S/τ_con; Div, GD and ISD are summed over the two modalities
+L_con the symmetric multi-positive InfoNCE over S/τ_con (with `score_units='cosine'`, both ranking losses see
+g(S) = log(1 + s·S)/s instead of an exponential-family S — S_H, top-k, Sinkhorn with scale s = `s_h` > 0: the
+log-mean-exp of the matched cosines, in cosine units and monotone in S, so the margin δ₁ and the temperature τ_con
+mean the same as for a cosine-valued similarity; docs/design.md#score-units); Div, GD and ISD are summed over the two modalities
 (`modality_reduce='sum'`, Set Div) or averaged (`'mean'`); MMD runs between all valid image and caption elements.
 Terms whose weight is 0 are not computed.
 
@@ -41,6 +44,7 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
         hard_negative_ramp_epochs=0.0,  # after warm-up, blend all → hardest negatives linearly over this many epochs
         reduction="mean",             # triplet after warm-up: 'mean' (Set Div, MaxMatch) | 'sum' (VSE∞)
         lambda_con=0.5, con_temperature=0.05,
+        score_units="native",         # 'native' | 'cosine': margin and temperature in cosine units for S_H scores
         lambda_gd=0.1, delta_gd=0.6,
         lambda_isd=0.1, delta_isd=0.5,
         gd_isd_shape="exp", gd_isd_scale=5.0,
@@ -51,6 +55,20 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
         lambda_mmd=0.01, mmd_gamma=0.5,
         modality_reduce="sum",        # 'sum' | 'mean'
     ))
+
+
+SCORE_UNITS = ("native", "cosine")
+EXPONENTIAL_KINDS = ("maxmatch", "maxmatch_topk", "sinkhorn_soft")  # kinds that average f_s(C) = (e^{sC} − 1)/s
+
+
+def cosine_units(scores, kind: str, s_h: float):
+    """g(S) = log(1 + s·S)/s for the kinds that average f_s of cosines (S_H, top-k, Sinkhorn; s = s_h > 0): the
+    log-mean-exp of the cosines they average, in cosine units (g(f_s(c)) = c), monotone in S; identity otherwise.
+    S ≥ (e^{−s} − 1)/s > −1/s keeps the argument of log1p above −1 for every real score; a masked pair's large
+    negative sentinel is clamped there (its score stays far below every real one, and finite)."""
+    if kind not in EXPONENTIAL_KINDS or s_h == 0:
+        return scores
+    return jnp.log1p(jnp.maximum(s_h * scores, -1.0 + 1e-6)) / s_h
 
 
 def similarity_options(loss_cfg, matching_cfg=None) -> dict:
@@ -95,11 +113,15 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
         raise ValueError(f"modality_reduce must be 'sum' or 'mean', got {cfg.modality_reduce!r}")
     if cfg.div_type not in ("uniformity", "gram"):
         raise ValueError(f"div_type must be 'uniformity' or 'gram', got {cfg.div_type!r}")
+    if cfg.score_units not in SCORE_UNITS:
+        raise ValueError(f"score_units must be one of {SCORE_UNITS}, got {cfg.score_units!r}")
     reduce = (lambda a, b: a + b) if cfg.modality_reduce == "sum" else (lambda a, b: 0.5 * (a + b))
     i_mask, t_mask = image.get("mask"), text.get("mask")
 
     scores = pairwise_set_similarity(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
                                      **similarity_options(cfg, matching))
+    if cfg.score_units == "cosine":
+        scores = cosine_units(scores, cfg.similarity, cfg.s_h)
     valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
     tri_all = functools.partial(triplet_loss, scores, caption_image, margin=cfg.margin, hard_negative="all",
                                 reduction=cfg.warmup_reduction, **valid)

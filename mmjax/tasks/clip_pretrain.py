@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld, with_global_caption_image
 from mmjax.losses import infonce_loss
 from mmjax.batching import batched_apply
@@ -41,6 +42,7 @@ class CLIPPretrainTask:
         self.tokenizer = shapesworld.ShapesWorld(train["config"]).tokenizer()
         self.source_train = source_from_shapesworld(train, self.tokenizer)
         self.source_val = source_from_shapesworld(val, self.tokenizer)
+        self.val_positives = retrieval_positives(val)  # the semantic ground truth of every validation
         self.model = build_shapesworld_clip(config.model, self.tokenizer)
         self.clip_config = self.model.config
         self.examples_per_step = d.batch_size
@@ -102,11 +104,16 @@ class CLIPPretrainTask:
 
     def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
         from mmjax.evaluation.scorers import cosine_pairs, shapesworld_suites_context
-        data, src = (None, self.source_val) if split == self.config.data.val_split else self.split_data(split)
+        if split == self.config.data.val_split:
+            data, src, positives = None, self.source_val, self.val_positives
+        else:
+            data, src = self.split_data(split)
+            positives = retrieval_positives(data)
         n, c, t = src.caption_ids.shape
         img, txt = self.embed(variables, src.images, src.caption_ids.reshape(n * c, t),
                               src.caption_mask.reshape(n * c, t))
-        context = {"similarity": img @ txt.T, "caption_to_image": np.repeat(np.arange(n), c), "score_name": "cosine"}
+        context = {"similarity": img @ txt.T, "caption_to_image": np.repeat(np.arange(n), c), "score_name": "cosine",
+                   "semantic_positives": positives}
         if suites and data is not None:
             def encode_images(idx):
                 return self.embed(variables, src.images[idx], src.caption_ids[idx, 0], src.caption_mask[idx, 0])[0]

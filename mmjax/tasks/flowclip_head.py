@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from mmjax.data.cached_records import CachedRecordIterator
+from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.evaluation.scorers import pair_diagonal, shapesworld_suites_context
 from mmjax.evaluation.tiled import tiled_scores
 from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
@@ -135,4 +136,7 @@ class FlowCLIPHeadTask:
             context.update(shapesworld_suites_context(
                 clip.data, lambda idx: clip.encode_images(clip.data["images"][idx]), clip.encode_texts,
                 lambda img, txt: self._score_diagonal(params, img, txt)))
+            n_caps = len(clip.data["captions"][0])
+            if np.array_equal(caption_to_image, np.arange(sim.shape[1]) // n_caps):  # records in caption order
+                context["semantic_positives"] = retrieval_positives(clip.data)
         return context

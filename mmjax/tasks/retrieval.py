@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, with_global_caption_image
+from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.data.sources import RetrievalSplits
 from mmjax.batching import batched_apply
 from mmjax.evaluation.embed import keep_set_arrays
@@ -125,6 +126,13 @@ class RetrievalTask:
     def _embed_captions(self):
         return jax.jit(lambda v, x, m: self.model.apply(v, x, m, method="embed_captions"))
 
+    def _positives(self, split: str, data: dict):
+        """The split's semantic ground truth, computed once (validation asks for the same split every time)."""
+        cache = self.__dict__.setdefault("_positives_by_split", {})
+        if split not in cache:
+            cache[split] = retrieval_positives(data)
+        return cache[split]
+
     def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
         """Context for `mmjax.evaluation` evaluators on `split` (embedding functions, inputs; ShapesWorld suites)."""
         data, src = self.split_data(split)
@@ -135,6 +143,8 @@ class RetrievalTask:
         context = {"embed_images": embed_img, "embed_captions": embed_txt, "images": src.images,
                    "image_mask": src.image_mask, "captions": src.caption_ids.reshape(n * c, t),
                    "caption_mask": src.caption_mask.reshape(n * c, t), "caption_to_image": np.repeat(np.arange(n), c)}
+        if data is not None:  # ShapesWorld: also the semantic ground truth (every image a caption is true of)
+            context["semantic_positives"] = self._positives(split, data)
         if suites and data is not None:
             def encode_images(idx):
                 mask = None if src.image_mask is None else src.image_mask[idx]

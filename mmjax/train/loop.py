@@ -119,7 +119,10 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
     steps_per_epoch = data.steps_per_epoch
     total_steps = int(config.train.num_steps or config.train.num_epochs * steps_per_epoch)
     phases = tuple(task.phases(steps_per_epoch))
-    eval_every = steps_per_epoch if config.train.get("eval_every_epoch") else int(config.train.eval_every)
+    evals_per_epoch = int(config.train.get("evals_per_epoch", 1))
+    eval_every = (max(1, steps_per_epoch // evals_per_epoch) if config.train.get("eval_every_epoch")
+                  else int(config.train.eval_every))
+    select_metric = config.train.get("select_metric", "rsum")
     sample = task.prepare_batch(data.batch_at(0, 0))
 
     params_shape = jax.eval_shape(lambda r: task.init_variables(r, sample), jax.random.PRNGKey(0))["params"]
@@ -213,10 +216,14 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
             val_metrics = validate({"params": state.params, **state.extra})
             writer.write(done, {f"val/{k}": v for k, v in val_metrics.items()})
             if is_lead:
+                shown = ("i2t_r1", "t2i_r1", "rsum", "semantic/rsum", select_metric)
                 print(f"[val] step {done}: " + "  ".join(f"{k} {v:.2f}" for k, v in val_metrics.items()
-                                                          if "/" not in k and k.endswith(("r1", "rsum"))), flush=True)
-            if val_metrics.get("rsum", -math.inf) > best_rsum:
-                best_rsum = val_metrics["rsum"]
+                                                          if k in shown), flush=True)
+            if select_metric not in val_metrics:
+                raise KeyError(f"config.train.select_metric = {select_metric!r} is not a validation metric; "
+                               f"the validation gives {sorted(val_metrics)}")
+            if val_metrics[select_metric] > best_rsum:
+                best_rsum = val_metrics[select_metric]
                 ckpt.save_best(done, state, meta(), best_rsum)
                 # The best parameters as an export too, so evaluation can test them (the VSE∞ / Set Div protocol).
                 export_params(workdir, {"params": state.params, **state.extra},

@@ -72,3 +72,54 @@ def test_bad_input():
         recall_at_k(np.zeros((3, 4)), np.array([0, 0, 1, 1]))
     with pytest.raises(ValueError, match="equal folds"):
         recall_at_k_folds(np.zeros((3, 3)), np.arange(3), n_folds=2)
+
+
+def brute_semantic_ranks(s, pos):
+    """Ranks against a positive relation by plain loops: the best positive's score against every non-positive."""
+    n_i, n_t = s.shape
+    i2t = [sum(1 for n in range(n_t) if not pos[i, n] and s[i, n] >= max(s[i, m] for m in range(n_t) if pos[i, m]))
+           for i in range(n_i)]
+    t2i = [sum(1 for i in range(n_i) if not pos[i, n] and s[i, n] >= max(s[j, n] for j in range(n_i) if pos[j, n]))
+           for n in range(n_t)]
+    return np.array(i2t), np.array(t2i)
+
+
+def test_semantic_ground_truth_matches_brute_force_with_duplicated_captions():
+    """A tiny split where captions repeat across images (as "a small gray triangle" does on ShapesWorld): every
+    image a caption is true of counts as a hit, both ways, against a numpy loop; with P = the source relation it is
+    the ordinary R@K; ranks can only fall when positives are added; folds keep each fold's own positives."""
+    rng = np.random.default_rng(11)
+    n_i, c = 10, 3
+    c2i = np.repeat(np.arange(n_i), c)
+    meaning = rng.integers(0, 6, size=n_i * c)  # 6 distinct caption meanings over 30 captions: many duplicates
+    true_of = rng.random((6, n_i)) < 0.3
+    pos = true_of[meaning].T.copy()
+    pos[c2i, np.arange(n_i * c)] = True          # a caption is always true of its own image
+    s = np.round(rng.normal(size=(n_i, n_i * c)), 1).astype(np.float32)  # rounding makes ties
+    i2t, t2i = retrieval_ranks(s, c2i, positives=pos)
+    ref_i2t, ref_t2i = brute_semantic_ranks(s, pos)
+    np.testing.assert_array_equal(i2t, ref_i2t)
+    np.testing.assert_array_equal(t2i, ref_t2i)
+    src_i2t, src_t2i = retrieval_ranks(s, c2i)
+    assert np.all(i2t <= src_i2t) and np.all(t2i <= src_t2i) and (i2t < src_i2t).any()
+    source = np.zeros_like(pos)
+    source[c2i, np.arange(n_i * c)] = True
+    assert recall_at_k(s, c2i, positives=source) == recall_at_k(s, c2i)
+    folds = recall_at_k_folds(s, c2i, 2, positives=pos)
+    halves = [recall_at_k(s[:5, :15], c2i[:15], positives=pos[:5, :15]),
+              recall_at_k(s[5:, 15:], c2i[15:] - 5, positives=pos[5:, 15:])]
+    assert folds["rsum"] == pytest.approx(np.mean([h["rsum"] for h in halves]))
+    with pytest.raises(ValueError, match="source image"):
+        recall_at_k(s, c2i, positives=np.zeros_like(pos))
+
+
+def test_shapesworld_semantic_positives_are_the_truth_of_each_caption_on_each_scene():
+    """`retrieval_positives` of a generated split equals `truth(meaning, scene)` evaluated pair by pair."""
+    from mmjax.data import shapesworld
+    from mmjax.data.shapesworld.suites import retrieval_positives
+    data = shapesworld.generate("val", preset="tiny", limit=12)
+    pos = retrieval_positives(data)
+    meanings = data["caption_meaning"].reshape(-1, data["caption_meaning"].shape[-1])
+    ref = np.array([[shapesworld.truth(m, scene) for m in meanings] for scene in data["scenes"]])
+    np.testing.assert_array_equal(pos, ref)
+    assert pos[np.repeat(np.arange(12), 5), np.arange(60)].all() and pos.sum() > 60  # own image, and others too

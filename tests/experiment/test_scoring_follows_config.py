@@ -28,7 +28,7 @@ def test_scoring_options_come_from_loss_and_matching():
     resolved = resolve_evals(c.evals, **score)
     kind, opts = resolved["retrieval"]
     assert opts.kinds == ("maxmatch_topk", "maxmatch") and opts.similarity_kw["s_h"] == 2.0
-    assert resolved["set_analysis"][1].kind == "maxmatch"
+    assert resolved["set_analysis"][1].kind == "maxmatch_topk"  # the inference score of an S_H run
     # An eval's own setting wins over the derived one.
     c.evals.retrieval.similarity_kw = {"s_h": 0.5}
     assert resolve_evals(c.evals, **score)["retrieval"][1].similarity_kw["s_h"] == 0.5
@@ -50,9 +50,11 @@ def test_validation_and_final_evaluation_agree_under_a_non_default_config(tmp_pa
     results = experiment.evaluate(c, workdir, split="val", verbose=False)
     final = results["retrieval"]
     assert set(final) >= {"maxmatch", "maxmatch_topk"}
+    # Validation's unprefixed metrics are the inference score's (top-k for an S_H run), the others prefixed.
     for k in ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r10", "rsum"):
-        assert val[k] == pytest.approx(final["maxmatch"]["all"][k], abs=1e-9), k
-        assert val[f"maxmatch_topk/{k}"] == pytest.approx(final["maxmatch_topk"]["all"][k], abs=1e-9), k
+        assert val[k] == pytest.approx(final["maxmatch_topk"]["all"][k], abs=1e-9), k
+        assert val[f"maxmatch/{k}"] == pytest.approx(final["maxmatch"]["all"][k], abs=1e-9), k
+        assert val[f"semantic/{k}"] == pytest.approx(final["maxmatch_topk"]["semantic"][k], abs=1e-9), k
 
     # Independent recomputation from the exported model with the configured options, and with the defaults.
     from mmjax.tasks import build_task
@@ -68,7 +70,7 @@ def test_validation_and_final_evaluation_agree_under_a_non_default_config(tmp_pa
                                                  txt.get("mask"), **kw))
         return recall_at_k(sim, ctx["caption_to_image"])["rsum"]
 
-    assert val["rsum"] == pytest.approx(rsum(s_h=2.0, solver="hungarian"), abs=1e-6)
+    assert val["maxmatch/rsum"] == pytest.approx(rsum(s_h=2.0, solver="hungarian"), abs=1e-6)
     # The scale changes the scores' spread; on a barely trained model the ranking can coincide, so compare scores.
     s2 = np.asarray(pairwise_set_similarity(img["set"][:8], txt["set"][:8], "maxmatch", s_h=2.0))
     s1 = np.asarray(pairwise_set_similarity(img["set"][:8], txt["set"][:8], "maxmatch", s_h=1.0))

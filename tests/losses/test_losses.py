@@ -289,3 +289,34 @@ def test_objective_ramp_blends_all_and_hardest_negative_triplets():
         np.testing.assert_allclose(m["loss/triplet"], w * l_all + (1 - w) * l_max, rtol=1e-5)
         np.testing.assert_allclose(m["loss/triplet_i2t"] + m["loss/triplet_t2i"], m["loss/triplet"], rtol=1e-5)
         assert float(m["loss/all_negative_weight"]) == pytest.approx(w)
+
+
+def test_score_units_cosine_maps_exponential_scores_back_to_cosines():
+    """`loss.score_units='cosine'`: g(S) = log(1 + s·S)/s undoes f_s on one matched cosine, is a log-mean-exp of
+    several (between their mean and their max), leaves cosine-valued kinds alone, and the objective's ranking losses
+    equal the native ones computed on g(S) (checked against a numpy recomputation of the hardest-negative triplet)."""
+    from mmjax.losses.objective import cosine_units
+    from mmjax.similarity import f_s, pairwise_set_similarity
+    c = jnp.linspace(-0.9, 0.9, 7)
+    for s in (0.5, 1.0, 5.0):
+        np.testing.assert_allclose(cosine_units(f_s(c, s), "maxmatch", s), c, atol=1e-5)  # float32 round-off
+    cos = np.array([0.1, 0.5, 0.8])
+    lme = float(cosine_units(jnp.mean(f_s(jnp.asarray(cos), 2.0)), "maxmatch", 2.0))
+    assert cos.mean() < lme < cos.max()
+    assert cosine_units(jnp.float32(0.3), "smooth_chamfer", 1.0) == 0.3  # already cosine-valued
+    assert np.isfinite(float(cosine_units(jnp.float32(-1e9), "maxmatch", 1.0)))  # a masked sentinel stays finite
+
+    rng = np.random.default_rng(8)
+    img, txt, ci = _model_outputs(rng, 3), _model_outputs(rng, 9), np.repeat(np.arange(3), 3)
+    base = dict(similarity="maxmatch", s_h=1.0, lambda_con=0.0, lambda_gd=0.0, lambda_isd=0.0, lambda_div=0.0,
+                lambda_mmd=0.0)
+    _, native = losses.maxmatch_objective(img, txt, ci, base)
+    _, cosine = losses.maxmatch_objective(img, txt, ci, dict(base, score_units="cosine"))
+    g = np.log1p(np.asarray(pairwise_set_similarity(img["set"], txt["set"], "maxmatch", s_h=1.0), np.float64))
+    i2t = np.mean([max(max(0.0, 0.2 + g[ci[n], m] - g[ci[n], n]) for m in range(9) if ci[m] != ci[n])
+                   for n in range(9)])
+    t2i = np.mean([max(max(0.0, 0.2 + g[i, n] - g[ci[n], n]) for i in range(3) if i != ci[n]) for n in range(9)])
+    np.testing.assert_allclose(cosine["loss/triplet"], i2t + t2i, rtol=1e-5)
+    assert abs(float(native["loss/triplet"]) - float(cosine["loss/triplet"])) > 1e-4
+    with pytest.raises(ValueError, match="score_units"):
+        losses.maxmatch_objective(img, txt, ci, dict(base, score_units="log"))

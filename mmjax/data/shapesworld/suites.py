@@ -70,6 +70,13 @@ def retrieval_suite(data: dict) -> dict:
             "source": source, "semantic": semantic}
 
 
+def retrieval_positives(data: dict) -> np.ndarray:
+    """The semantic retrieval ground truth of a split, bool [N images, N·5 captions] (caption n = image n // 5's
+    reading n % 5): True where the caption is true of the image (`mmjax.evaluation.retrieval`, `positives=`)."""
+    meanings = data["caption_meaning"]
+    return semantic_positives(meanings.reshape(-1, meanings.shape[-1]), data).T
+
+
 def semantic_positives(meanings: np.ndarray, data: dict) -> np.ndarray:
     """truth(meaning, scene_j) for every meaning and every image of `data`, vectorised over images: bool [M, N]."""
     colour, shape, size = data["obj_colour"], data["obj_shape"], data["obj_size"]  # [N, O], −1 padded

@@ -4,7 +4,8 @@ Context: either "similarity" (an [n_images, n_captions] array, or a callable ret
 whole, e.g. Flow-CLIP heads or CLIP cosine; results keyed by the context's "score_name"), or set embeddings —
 precomputed "image_sets" / "caption_sets" ({"set" [N, K, D], "mask"?}) or "embed_images"(x, mask) /
 "embed_captions"(ids, mask) with inputs "images", "image_mask", "captions", "caption_mask" — and always
-"caption_to_image" int [n_captions].
+"caption_to_image" int [n_captions]. A context with "semantic_positives" (bool [n_images, n_captions]: every pair on
+which the caption is true, ShapesWorld) is also scored against that ground truth ("semantic" protocols).
 
 Options (None: the default of `mmjax.evaluation.embed.evaluate_retrieval` / `metrics_by_protocol`):
     kinds          similarity kinds to score sets with; default: the run's (`mmjax.similarity.reported_kinds` of
@@ -60,11 +61,12 @@ def run(options: Options, context: dict, env) -> dict:
     if "similarity" in context:  # models scored as a whole matrix (Flow-CLIP heads, CLIP cosine)
         sim = context["similarity"]() if callable(context["similarity"]) else context["similarity"]
         protocols = {"fold_counts": options.fold_counts} if options.fold_counts else {}
-        return {context.get("score_name", "score"): embed.metrics_by_protocol(sim, context["caption_to_image"],
-                                                                             **protocols)}
+        return {context.get("score_name", "score"): embed.metrics_by_protocol(
+            sim, context["caption_to_image"], positives=context.get("semantic_positives"), **protocols)}
     opts = given(options)
     img, txt = embed.context_sets(context, **{k: opts.pop(k) for k in ("batch_size",) if k in opts})
-    return embed.evaluate_retrieval(img, txt, context["caption_to_image"], **opts)
+    return embed.evaluate_retrieval(img, txt, context["caption_to_image"],
+                                    positives=context.get("semantic_positives"), **opts)
 
 
 def tables(name: str, result: dict) -> list[str]:
@@ -74,17 +76,23 @@ def tables(name: str, result: dict) -> list[str]:
     return [f"### {name}", "", *markdown_table(["score", "protocol", *RECALL_KEYS], rows), ""] if rows else []
 
 
-def flat_metrics(result: dict, primary: str | None = None, protocol: str = "all") -> dict:
-    """One retrieval result as flat scalars: the `primary` score's metrics unprefixed (the trainer's
-    best-checkpoint selection reads its "rsum"), every other score's as "kind/metric"."""
-    scores = [k for k, v in result.items() if isinstance(v, dict) and protocol in v]
+def flat_metrics(result: dict, primary: str | None = None) -> dict:
+    """One retrieval result as flat scalars: the `primary` score's metrics of protocol 'all' unprefixed (the
+    trainer's best-checkpoint selection reads `train.select_metric`, by default its "rsum"), its other protocols as
+    "<protocol>/metric" (e.g. "semantic/rsum"), and every other score's as "<kind>/metric" and
+    "<kind>/<protocol>/metric"."""
+    scores = [k for k, v in result.items() if isinstance(v, dict) and "all" in v]
     if not scores:
-        raise ValueError(f"retrieval result has no {protocol!r} protocol: keys {sorted(result)}")
+        raise ValueError(f"retrieval result has no 'all' protocol: keys {sorted(result)}")
     primary = primary if primary in scores else scores[0]
     out = {}
     for kind in [primary] + [k for k in scores if k != primary]:
-        prefix = "" if kind == primary else f"{kind}/"
-        out.update({prefix + k: float(v) for k, v in result[kind][protocol].items()})
+        for protocol, metrics in result[kind].items():
+            if not isinstance(metrics, dict):
+                continue
+            prefix = "/".join(p for p in ("" if kind == primary else kind, "" if protocol == "all" else protocol)
+                              if p)
+            out.update({(f"{prefix}/" if prefix else "") + k: float(v) for k, v in metrics.items()})
     return out
 
 

@@ -4,8 +4,8 @@ pairs, and (with a plot directory) its heat map and a 2-D projection of the elem
 
 Context: set embeddings as for `retrieval` (precomputed or embedding functions) and "caption_to_image".
 
-Options: kind (the similarity of the single-element retrieval; default: the run's training similarity, else
-'maxmatch'), similarity_kw (over the run's own), batch_size (embedding; None: `embed.context_sets`'s),
+Options: kind (the similarity of the single-element retrieval; default: the inference score of the run's training
+similarity, `mmjax.similarity.inference_kind`, else 'maxmatch'), similarity_kw (over the run's own), batch_size (embedding; None: `embed.context_sets`'s),
 single_element (True), embedding_plot ('pca' | 'tsne'), plot_sets (100: matched pairs drawn, Fig. 3).
 """
 
@@ -22,7 +22,7 @@ from mmjax.evaluation import embed, set_analysis
 from mmjax.evaluation.evaluators.base import (Evaluator, InvalidOption, RunScoring, check_choices, check_int,
                                               check_type, markdown_table)
 from mmjax.evaluation.retrieval import RECALL_KEYS
-from mmjax.similarity import KINDS
+from mmjax.similarity import KINDS, inference_kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,8 @@ class Options:
 
     def with_scoring(self, scoring: RunScoring) -> "Options":
         kw = {**scoring.similarity_kw, **dict(self.similarity_kw or {})}
-        return dataclasses.replace(self, kind=self.kind or scoring.similarity or "maxmatch", similarity_kw=kw)
+        default = inference_kind(scoring.similarity) if scoring.similarity else "maxmatch"
+        return dataclasses.replace(self, kind=self.kind or default, similarity_kw=kw)
 
 
 def run(options: Options, context: dict, env) -> dict:
@@ -60,8 +61,9 @@ def run(options: Options, context: dict, env) -> dict:
            "element_similarity": matrix.tolist()}
     kind = options.kind or "maxmatch"
     if options.single_element:
-        out["single_element"] = set_analysis.single_element_retrieval(img, txt, c2i, kind=kind,
-                                                                      similarity_kw=dict(options.similarity_kw or {}))
+        out["single_element"] = set_analysis.single_element_retrieval(
+            img, txt, c2i, kind=kind, similarity_kw=dict(options.similarity_kw or {}),
+            positives=context.get("semantic_positives"))
     if env.plot_dir:
         # Fig. 3 shows a few matched pairs: the first caption of each of the first `plot_sets` images.
         c2i_np = np.asarray(c2i)
@@ -89,6 +91,12 @@ def tables(name: str, result: dict) -> list[str]:
         rows += [[f"element {i}"] + [f"{m[k]:.2f}" for k in RECALL_KEYS] for i, m in enumerate(single["elements"])]
         lines += [f"### {name}: single-element retrieval ({single.get('kind', '')})", "",
                   *markdown_table(["image sets", *RECALL_KEYS], rows), ""]
+        sem = single.get("semantic")
+        if sem:
+            rows = [["full set"] + [f"{sem['full'][k]:.2f}" for k in RECALL_KEYS]]
+            rows += [[f"element {i}"] + [f"{m[k]:.2f}" for k in RECALL_KEYS] for i, m in enumerate(sem["elements"])]
+            lines += [f"### {name}: single-element retrieval ({single.get('kind', '')}, semantic ground truth)", "",
+                      *markdown_table(["image sets", *RECALL_KEYS], rows), ""]
     return lines
 
 
