@@ -1,11 +1,12 @@
-"""`python -m reproduce --budget {smoke,default,long} --seeds N [--first-seed K] --out DIR [--cells a,b]
-[--report-only] [--long-out DIR_LONG] [--clip-from DIR_BASE] [--archive docs/reproduction/records]
-[--publish docs/reproduction.md] [--config-dir DIR_CONFIGS]`, run from the repository root (reproduce/README.md).
+"""`python -m reproduce --budget {smoke,default,long,converged,converged_x2} --seeds N [--first-seed K] --out DIR
+[--cells a,b] [--clip-from DIR_BASE] [--archive docs/reproduction/records] [--publish docs/reproduction.md]
+[--config-dir DIR_CONFIGS]`, or `python -m reproduce --report-only --archive docs/reproduction/records --out DIR
+[--publish docs/reproduction.md]`, run from the repository root (reproduce/README.md).
 
 Runs the unfinished cells of the grid (`reproduce.grid`) in DIR, then writes DIR/reproduction.md,
-DIR/reproduction.json and DIR/figures/ from every finished cell. With --archive, cell records kept in the repository
-are restored into DIR (and DIR_LONG) first and every record is saved there as soon as its cell finishes (and all
-of them once more at the end; `reproduce.archive`). Exit status 1 when a cell failed (the report is still
+DIR/reproduction.json and DIR/figures/ from every archived record (all budgets) and DIR's finished cells. With
+--archive, the run's budget's records kept in the repository are restored into DIR first and every record is saved
+there as soon as its cell finishes (`reproduce.archive`). Exit status 1 when a cell failed (the report is still
 written from the others). While DIR/PAUSE exists the grid waits before its next cell (`runner.wait_while_paused`).
 """
 
@@ -22,16 +23,16 @@ def parse_args(argv):
     from reproduce.grid import BUDGETS
     p = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__.split("\n\n")[1])
     p.add_argument("--budget", choices=BUDGETS, default="default",
-                   help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets; long: 5× "
-                   "the default training length (use with --cells)")
+                   help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets (the quick grid); "
+                   "long: 5× the default training length (use with --cells); converged: the retrieval cells at the "
+                   "budget the MaxMatch claims are decided at; converged_x2: twice that (the budget check)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per cell (≥ 3 for verdicts at the default budget)")
     p.add_argument("--first-seed", type=int, default=0, help="first seed (the grid runs seeds K … K+N−1; e.g. a "
                    "one-seed long-budget grid on seed 2 of the default grid's CLIP)")
     p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
     p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")
-    p.add_argument("--report-only", action="store_true", help="only re-render the report from finished cells")
-    p.add_argument("--long-out", default="", help="output directory of a --budget long grid: its cells join the "
-                   "report's 'Longer budget' section and the evidence of the claims they cover")
+    p.add_argument("--report-only", action="store_true", help="run nothing: write the report from the archived "
+                   "records (every budget) into --out")
     p.add_argument("--archive", default="", help="directory of committed cell records (docs/reproduction/records): "
                    "records the output directories lack are restored from it (those cells are skipped), and every "
                    "finished record is saved to it")
@@ -50,29 +51,12 @@ def parse_args(argv):
     return args
 
 
-def command_line(args) -> str:
-    parts = ["python -m reproduce", f"--budget {args.budget}", f"--seeds {args.seeds}"]
-    if args.first_seed:
-        parts.append(f"--first-seed {args.first_seed}")
-    parts.append(f"--out {args.out}")
-    if args.cells:
-        parts.append(f"--cells {args.cells}")
-    if args.clip_from:
-        parts.append(f"--clip-from {args.clip_from}")
-    if args.long_out:
-        parts.append(f"--long-out {args.long_out}")
-    if args.archive:
-        parts.append(f"--archive {args.archive}")
+def report_command(args) -> str:
+    """The command that rebuilds the report from the committed records (what the report says at its top)."""
+    parts = ["python -m reproduce --report-only", f"--archive {args.archive}", f"--out {args.out}"]
     if args.publish:
         parts.append(f"--publish {args.publish}")
-    if not _default_config_dir(args.config_dir):
-        parts.append(f"--config-dir {args.config_dir}")
     return " ".join(parts)
-
-
-def _default_config_dir(config_dir: str) -> bool:
-    from reproduce import paths
-    return os.path.abspath(config_dir) == os.path.abspath(paths.CONFIG_DIR)
 
 
 def main(argv=None) -> int:
@@ -82,31 +66,25 @@ def main(argv=None) -> int:
     logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
     from reproduce import archive
     from reproduce.grid import make_grid
-    from reproduce.report import write_report
+    from reproduce.report import publish, write_report
     from reproduce.runner import check_budget, check_clip_source, load_cell, run_grid
-    from reproduce.longer_budget import LONG_BUDGET, load_records
+    failed = []
     try:
         cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None,
                           with_clip=not args.clip_from, first_seed=args.first_seed)
-        if not args.report_only and not os.path.isdir(args.config_dir):
-            raise ValueError(f"--config-dir {args.config_dir}: not a directory")
-        if args.clip_from and not args.report_only:
-            check_clip_source(cells, args.clip_from)
-        check_budget(args.out, args.budget, args.first_seed + args.seeds)  # grid.json: 1 + the largest seed
-        if args.archive:
-            restored = archive.restore(cells, args.out, args.archive, args.budget)
-            long_seeds = archive.archived_seeds(args.archive, LONG_BUDGET) if args.long_out else 0
-            if long_seeds:  # the long grid's archived cells join --long-out, so one command rebuilds the report
-                check_budget(args.long_out, LONG_BUDGET, long_seeds)
-                restored += archive.restore(make_grid(long_seeds), args.long_out, args.archive, LONG_BUDGET)
-            if restored:
-                print(f"[reproduce] restored {len(restored)} cell record(s) from {args.archive}: "
-                      f"{', '.join(restored)}", flush=True)
-        long_records = load_records(args.long_out) if args.long_out else None
+        if not args.report_only:
+            if args.clip_from:
+                check_clip_source(cells, args.clip_from)
+            check_budget(args.out, args.budget, args.first_seed + args.seeds)  # grid.json: 1 + the largest seed
+            if args.archive:
+                restored = archive.restore(cells, args.out, args.archive, args.budget)
+                if restored:
+                    print(f"[reproduce] restored {len(restored)} cell record(s) from {args.archive}: "
+                          f"{', '.join(restored)}", flush=True)
+        archived = archive.load_all(args.archive) if args.archive else []
     except ValueError as e:  # a bad cell name, a directory of another budget, a bad archived record: no traceback
         print(f"python -m reproduce: error: {e}", file=sys.stderr)
         return 2
-    failed = []
     if not args.report_only:
         t0 = time.perf_counter()
         on_finished = None
@@ -118,23 +96,23 @@ def main(argv=None) -> int:
         failed = status["failed"]
         print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)
-    if args.archive:
-        saved = archive.save(cells, args.out, args.archive, args.budget)
-        print(f"[reproduce] {len(saved)} cell record(s) saved to {args.archive}", flush=True)
-    records = [r for r in (load_cell(c, args.out) for c in cells) if r is not None]
+        if args.archive:
+            saved = archive.save(cells, args.out, args.archive, args.budget)
+            print(f"[reproduce] {len(saved)} cell record(s) saved to {args.archive}", flush=True)
+            archived = archive.load_all(args.archive)
+    # The report: every archived record (all budgets), and this grid's finished cells the archive lacks.
+    known = {(r["budget"], r["name"], r["seed"]) for r in archived}
+    local = [] if args.report_only else [r for r in (load_cell(c, args.out) for c in cells) if r is not None]
+    records = archived + [r for r in local if (r["budget"], r["name"], r["seed"]) not in known]
     if not records:
-        print(f"[reproduce] no finished cells in {args.out}: nothing to report", file=sys.stderr)
+        print(f"[reproduce] no finished cells in {args.out} or {args.archive or '(no --archive)'}: nothing to "
+              "report", file=sys.stderr)
         return 1
-    report = write_report(records, args.out, budget=args.budget, seeds=args.seeds, command=command_line(args),
-                          long_records=long_records, long_out=args.long_out)
+    report = write_report(records, args.out, command=report_command(args))
     if args.publish:
-        from reproduce.report import publish
         print(f"[reproduce] published to {args.publish} (figures in {publish(args.out, args.publish)})", flush=True)
-    verdicts = {}
-    for row in report["claims"]:
-        verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
-    print(f"[reproduce] {os.path.join(args.out, 'reproduction.md')}: {len(report['claims'])} claim rows {verdicts}; "
-          f"figures {sorted(report['figures'])}", flush=True)
+    print(f"[reproduce] {os.path.join(args.out, 'reproduction.md')}: headline rows "
+          f"{[r['result']['verdict'] for r in report['rows']['headline']]}", flush=True)
     return 1 if failed else 0
 
 

@@ -120,3 +120,26 @@ def archived_seeds(archive: str, budget: str) -> int:
     seeds = [int(f[4:-5]) for _, _, files in os.walk(root) for f in files
              if f.startswith("seed") and f.endswith(".json") and f[4:-5].isdigit()]
     return max(seeds) + 1 if seeds else 0
+
+
+def load_all(archive: str) -> list[dict]:
+    """Every record of `archive` (all budgets), each checked against its place (`<budget>/<cell>/seed<k>.json`)
+    and marked with the file it came from; sorted by budget, cell and seed. Raises ValueError naming a bad file."""
+    records = []
+    if not os.path.isdir(archive):
+        return records
+    for budget in sorted(os.listdir(archive)):
+        root = os.path.join(archive, budget)
+        for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+            for f in sorted(os.listdir(os.path.join(root, name))):
+                if not (f.startswith("seed") and f.endswith(".json") and f[4:-5].isdigit()):
+                    continue
+                path = os.path.join(root, name, f)
+                try:
+                    with open(path) as fh:
+                        record = json.load(fh)
+                except (OSError, json.JSONDecodeError) as e:
+                    raise ValueError(f"{path}: unreadable cell record ({e})") from e
+                _check(record, path, name, int(f[4:-5]), budget)
+                records.append({**record, "restored_from": path})
+    return records

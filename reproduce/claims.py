@@ -1,29 +1,19 @@
-"""The paper claims the reproduction checks, and the verdict rule (reproduce/README.md).
+"""The claims the study tests, each the source's own statement, and how one is decided (docs/reproduction/protocol.md).
 
-Every claim row is one difference between two grid cells on one metric, d = mean(b) − mean(a) over seeds, beside the
-paper's own difference for the same comparison. The verdict rule, with n_a, n_b seeds and sample standard deviations
-s_a, s_b (ddof = 1):
+A `Claim` names its source quote, the grid cells it compares, the per-seed quantity it reads from their records
+(`QUANTITIES`), the test (`reproduce.stats`) and the direction the source states:
 
-    pooled   s_p = sqrt(((n_a − 1) s_a² + (n_b − 1) s_b²) / (n_a + n_b − 2))
-    spread   t = 2 s_p
-    'increase' / 'decrease' claims (the paper's sign):
-        reproduced       sign(d) = expected sign  and |d| > t  and |d| ≥ SIZE_FLOOR · |paper d|
-        direction only   sign(d) = expected sign  and |d| > t, but |d| < SIZE_FLOOR · |paper d| (= 0.1: the
-                         effect exists here but at under a tenth of the paper's size)
-        reversed         sign(d) = −expected sign and |d| > t
-        not reproduced   otherwise (|d| ≤ t: the difference does not exceed the seed spread)
-    'no_loss' claims (the paper reports b ≈ a or better):
-        reproduced       d ≥ −t;   reversed   d < −t
-    fewer than 2 seeds on either side: 'inconclusive (1 seed)' — no spread to compare with;
-    a cell or metric that was not run: 'missing'.
-    paired claims (`Claim.paired`: the two cells of seed k share a base, the Flow-CLIP heads on seed k's frozen
-    CLIP): d_k = b_k − a_k over the seeds both ran, d = mean_k d_k and
-        spread   t = √2 s_d,   s_d = the sample standard deviation of the d_k,
-    the same threshold as 2 s_p when the two cells' seed noise is independent (then s_d = √2 s), and smaller when
-    the shared base moves both cells alike (the CLIP's own seed spread is not a difference between the heads).
+    welch       two cells, unpaired seeds:            Δ = mean(b) − mean(a)
+    paired      two cells of one base per seed:       Δ = mean_k (b_k − a_k)      (the Flow-CLIP heads on one CLIP)
+    contrast    four cells (a, b, c, d):              Δ = (d − c) − (b − a)       (GD + ISD help ours most)
+    one_sample  one cell:                             Δ = mean of a per-seed quantity (a single-element gap)
+    best        cells (best, o_1, …, o_n):            best beats each o_j — an intersection–union test: reproduced
+                                                      when every Welch test is, reversed when any is
 
-Paper numbers and where they come from are in `CLAIMS` (`source`); the ShapesWorld metrics that stand in for the
-papers' benchmarks are named in `reproduce.metrics`.
+`decide` applies the declared procedure: the test at `alpha` on seeds 0–2, and — for a row left undecided there —
+again on seeds 0–4 when those exist (two looks at Pocock's level, the headline rows), or on all seeds at one look
+(the quick budget). Tables: 'maxmatch' (the source's statements, the headline), 'derived' (comparisons the source
+implies but does not make, or values from a secondary source) and 'flowclip'.
 """
 
 from __future__ import annotations
@@ -33,233 +23,286 @@ import math
 
 import numpy as np
 
-KINDS = ("increase", "decrease", "no_loss")
-VERDICTS = ("reproduced", "direction only", "not reproduced", "reversed", "inconclusive (1 seed)", "missing")
-SIZE_FLOOR = 0.1   # a difference beyond the seed spread but under this fraction of the paper's is 'direction only'
-VERDICT_RULE = (
-    "Each claim row compares two cells on one metric: Δ = mean(b) − mean(a) over seeds, with the pooled seed "
-    "standard deviation s_p = sqrt(((n_a − 1)s_a² + (n_b − 1)s_b²)/(n_a + n_b − 2)) and the spread t = 2·s_p. "
-    "A directional claim is **reproduced** when Δ has the paper's sign and |Δ| > t, **reversed** when Δ has the "
-    "opposite sign and |Δ| > t, and **not reproduced** when |Δ| ≤ t (the difference does not exceed the seed "
-    "spread); a difference with the paper's sign beyond t but under a tenth of the paper's own difference is "
-    "**direction only** (real here, but too small to call the paper's effect reproduced). A 'no loss' claim (the "
-    "paper reports b ≈ a or better) is reproduced when Δ ≥ −t and reversed "
-    "otherwise. With fewer than 2 seeds on either side the verdict is **inconclusive (1 seed)**; a cell or metric "
-    "that was not produced gives **missing**. Claims marked *paired* (the Flow-CLIP heads: both cells of seed k "
-    "sit on seed k's frozen CLIP) take Δ as the mean of the per-seed differences d_k = b_k − a_k and t = √2·s_d, "
-    "with s_d their sample standard deviation — the same threshold as 2·s_p when the two cells' seed noise is "
-    "independent, smaller when the shared CLIP moves both alike. Verdicts use the best-on-validation parameters; "
-    "the final-state verdict is mentioned in the evidence when it differs.")
+from reproduce import stats
+
+TESTS = ("welch", "paired", "contrast", "one_sample", "best")
+TABLES = ("maxmatch", "derived", "flowclip")
+PROTOCOLS = ("semantic", "source")
+HEADLINE_ALPHA = stats.pocock_alpha(2)   # two looks (3, then 5 seeds) at an overall 0.05
+FIRST_LOOK = (0, 1, 2)
+SECOND_LOOK = (0, 1, 2, 3, 4)
+
+_MM = "MaxMatch project page (ACL 2025)"
+_FC = "Flow-CLIP paper"
 
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One row of the claims table: metric(b) − metric(a) should move as `kind` says (paper: a → b)."""
     id: str
-    group: str          # the paper claim this row belongs to (rows of one claim share it)
-    text: str           # what the paper says, in words
-    a: str              # grid cell names (`reproduce.grid`)
-    b: str
-    metric: str         # key of `reproduce.metrics.cell_metrics`
-    paper_a: float | None
-    paper_b: float | None
-    source: str
-    kind: str = "increase"
-    paper_diff: float | None = None   # when the paper states the difference itself (unrounded values)
-    setting: str = ""   # key of SETTINGS: what differs between the paper's setting and ours (evidence for a miss)
-    see_also: str = ""  # id of the same comparison in another recipe: its outcome joins this row's evidence on a miss
-    paired: bool = False  # both cells of a seed share a base (heads on one CLIP): the verdict uses per-seed differences
+    table: str
+    text: str                  # the statement, short
+    quote: str                 # the source's words ('' for a derived row)
+    test: str
+    cells: tuple[str, ...]
+    quantity: str              # key of QUANTITIES
+    direction: str             # 'increase' | 'decrease' | 'equal'
+    source_value: str          # what the source reports, as it reports it
+    source_delta: float | None = None
+    margin: float | None = None    # equivalence margin of an 'equal' claim, in the quantity's units
+    secondary: bool = False        # the source value comes from a secondary source
+    ref: str = _MM
 
     @property
-    def paper_delta(self) -> float | None:
-        if self.paper_diff is not None:
-            return self.paper_diff
-        if self.paper_a is None or self.paper_b is None:
+    def a(self) -> str:
+        return self.cells[0]
+
+    @property
+    def b(self) -> str:
+        return self.cells[-1] if self.test != "best" else self.cells[0]
+
+    def comparison(self) -> str:
+        c = self.cells
+        if self.test in ("welch", "paired"):
+            return f"{c[0]} → {c[1]}"
+        if self.test == "contrast":
+            return f"({c[3]} − {c[2]}) − ({c[1]} − {c[0]})"
+        if self.test == "best":
+            return f"{c[0]} vs " + ", ".join(c[1:])
+        return c[0]
+
+
+# ---- per-seed quantities -------------------------------------------------------------------------------------
+
+def _single(m: dict, protocol: str):
+    prefix = "single_sem" if protocol == "semantic" else "single"
+    full = m.get(f"{prefix}/full")
+    elements = [v for k, v in sorted(m.items()) if k.startswith(f"{prefix}/element")]
+    return full, elements
+
+
+def _rsum(m: dict, protocol: str, score: str | None):
+    if score:
+        return m.get(f"retrieval/{score}/semantic/rsum" if protocol == "semantic" else f"retrieval/{score}/rsum")
+    return m.get("rsum_sem" if protocol == "semantic" else "rsum")
+
+
+def _gap(kind: str):
+    def quantity(m: dict, protocol: str, score: str | None):
+        full, elements = _single(m, protocol)
+        if full is None or not elements:
             return None
-        return round(self.paper_b - self.paper_a, 2)
+        if kind == "weakest":
+            return full - min(elements)
+        if kind == "best":
+            return full - max(elements)
+        return 100.0 * (full - float(np.mean(elements))) / full
+    return quantity
 
 
-_MM_SETTING = ("paper: COCO 5K, Faster R-CNN regions + BERT, 80 epochs; ours: ShapesWorld regions, random-init "
-               "Bi-GRU text, and captions that under-specify their image (≈ 40 % of a 128-image batch's captions are "
-               "also true of another image in it, so the hardest 'negative' is often a positive)")
-_CV_SETTING = _MM_SETTING + "; the paper's modality is not stated (ours: image elements)"
-_MM_ABL = "MaxMatch paper, ablation table (COCO 5K, Faster R-CNN + BERT, single model)"
-_FC_SETTING = ("paper: CLIP ViT-B/32 heads trained on COCO, ARO/SugarCrepe benchmarks; ours: small ShapesWorld CLIP, "
-               "ShapesWorld suites")
-# What differs between each paper's setting and ours; the report lists these once, and a missed claim's evidence
-# names its key.
-SETTINGS = {
-    "MaxMatch": _MM_SETTING,
-    "MaxMatch CV": _CV_SETTING,
-    "PVSE plug-in": "paper: Flickr30K 1K, ResNet-152 + GRU PVSE; ours: ShapesWorld regions",
-    "Flow-CLIP": _FC_SETTING,
+def _plain(key: str):
+    return lambda m, protocol, score: m.get(key)
+
+
+# quantity -> (per-seed value from a record's best-parameter metrics, protocol, score; whether it has a protocol,
+# i.e. retrieval ground truth matters; whether another retrieval score can be substituted)
+QUANTITIES = {
+    "rsum": (_rsum, True, True),
+    "gap_weakest": (_gap("weakest"), True, False),
+    "gap_best": (_gap("best"), True, False),
+    "rel_gap_mean": (_gap("mean"), True, False),
+    "cv_image": (_plain("cv_log_image"), False, False),
+    "binding_real": (_plain("binding_real"), False, False),
+    "aro_real": (_plain("aro_real"), False, False),
+    "aro_shuffle": (_plain("aro_shuffle"), False, False),
+    "aro_fixed": (_plain("aro_fixed"), False, False),
 }
+QUANTITY_NAMES = {"rsum": "RSUM", "gap_weakest": "full-set RSUM − weakest single element's",
+                  "gap_best": "full-set RSUM − best single element's",
+                  "rel_gap_mean": "(full − mean single element) / full, %", "cv_image": "mean ln CV, image elements",
+                  "binding_real": "binding mean accuracy, Real (%)", "aro_real": "ARO-style mean accuracy, Real (%)",
+                  "aro_shuffle": "ARO-style mean accuracy, Shuffle (%)",
+                  "aro_fixed": "ARO-style mean accuracy, Fixed (%)"}
+
+
+def value(record_metrics: dict, quantity: str, protocol: str = "semantic", score: str | None = None):
+    fn, _, _ = QUANTITIES[quantity]
+    v = fn(record_metrics, protocol, score)
+    return None if v is None or not math.isfinite(float(v)) else float(v)
+
+
+# ---- the claims ----------------------------------------------------------------------------------------------
+
+_Q_M2 = ("GD and ISD help any similarity, and help ours most. They lift Smooth-Chamfer to 444.10, and Maximal Pair "
+         "Assignment to 446.53, the best configuration.")
+_Q_CV = ("\"Smooth-Chamfer averages a soft maximum over all pairs … every element is pulled toward the same soft "
+         "average of the other set, and the set shrinks to one point.\" MaxMatch: \"no two are pulled into the same "
+         "place.\" \"Circular variance of the embedding sets on Flickr30k (Table 4 of the paper). A lower means the "
+         "elements of a set point in nearly the same direction.\"")
+_Q_ARO = ("HNB-trained Flow-CLIP achieves mean ARO accuracy of 85.75% on matched images, 48.75% under Shuffle and "
+          "50.17% under Fixed. Adding CIMR during training yields 85.91% on matched images and lowers Shuffle and "
+          "Fixed accuracy to 35.66% and 37.21%, decreases of 13.08 and 12.96 percentage points.")
+_Q_BIND = ("Binding gains over Global-M persist across the three CLIP backbones in Tab. 6 … For ViT-B/32, ViT-B/16 "
+           "and ViT-L/14, the five-task mean increases by 2.91, 1.12 and 2.30 percentage points, respectively")
 
 CLAIMS: tuple[Claim, ...] = (
-    # Ablation order 439.57 < 441.23 < 444.10 < 446.53 (the 2 × 2 grid), as its three adjacent steps.
-    Claim("ablation_1", "ablation order", "S_H beats smooth-Chamfer with Div + MMD", "sc_divmmd", "sh_divmmd", "rsum",
-          439.57, 441.23, _MM_ABL, setting="MaxMatch"),
-    Claim("ablation_2", "ablation order", "smooth-Chamfer + GD + ISD beats S_H with Div + MMD only", "sh_divmmd",
-          "sc_full", "rsum", 441.23, 444.10, _MM_ABL, setting="MaxMatch"),
-    Claim("ablation_3", "ablation order", "S_H + GD + ISD is best", "sc_full", "sh_full", "rsum", 444.10, 446.53,
-          _MM_ABL, setting="MaxMatch"),
-    # Circular variance (mean log CV of the image elements; higher = less collapsed): MIL < smooth-Chamfer < MaxMatch.
-    Claim("cv_1", "circular variance order", "smooth-Chamfer's elements spread more than MIL's (ablation recipe)",
-          "mil_divmmd",
-          "sc_divmmd", "cv_log_image", -7.35, -2.13, "MaxMatch paper Tab. 4 (Flickr30K) [secondary source]",
-          setting="MaxMatch CV", see_also="cv_1_recipes"),
-    Claim("cv_2", "circular variance order", "MaxMatch's elements spread more than smooth-Chamfer's (ablation recipe)",
-          "sc_divmmd",
-          "sh_full", "cv_log_image", -2.13, -1.68, "MaxMatch paper Tab. 4 (Flickr30K) [secondary source]",
-          setting="MaxMatch CV", see_also="cv_2_recipes"),
-    # The same order across the methods in their own recipes (the paper's numbers are per method: PVSE, Set Div,
-    # MaxMatch), where the ablation rows above hold everything but the similarity and regularisers fixed.
-    Claim("cv_1_recipes", "circular variance order", "Set Div's elements spread more than PVSE's (reference recipes)",
-          "pvse", "setdiv", "cv_log_image", -7.35, -2.13, "MaxMatch paper Tab. 4 (Flickr30K) [secondary source]",
-          setting="MaxMatch CV", see_also="cv_1"),
-    Claim("cv_2_recipes", "circular variance order", "MaxMatch's elements spread more than Set Div's (reference "
-          "recipes)", "setdiv", "sh_full", "cv_log_image", -2.13, -1.68,
-          "MaxMatch paper Tab. 4 (Flickr30K) [secondary source]",
-          setting="MaxMatch CV", see_also="cv_2"),
-    # Single elements: RSUM(full set) − RSUM(weakest single image element). Paper (COCO 5K): MIL 439.0 − 302.1,
-    # MaxMatch 446.5 − 437.9, smooth-Chamfer ≈ 0 ("almost any single element ≈ 439" of 439.6).
-    Claim("single_1", "single-element pattern", "MIL's weakest element falls far below its full set, MaxMatch's not",
-          "sh_full", "mil_divmmd", "single_gap", 8.6, 136.9, "MaxMatch paper, single-element analysis (COCO 5K)",
-          setting="MaxMatch"),
-    Claim("single_2", "single-element pattern", "smooth-Chamfer's single elements ≈ its full set (smaller gap than "
-          "MaxMatch's)", "sh_full", "sc_divmmd", "single_gap", 8.6, 0.6,
-          "MaxMatch paper, single-element analysis (COCO 5K); smooth-Chamfer gap ≈ 439.6 − 439",
-          kind="decrease", setting="MaxMatch"),
-    Claim("pvse_plugin", "PVSE plug-in gain", "MaxMatch similarity and losses in PVSE beat PVSE", "pvse",
-          "pvse_maxmatch", "rsum", 432.6, 450.6, "MaxMatch paper, PVSE-architecture experiment (Flickr30K 1K)",
-          setting="PVSE plug-in"),
-    # Flow-CLIP: the local (ICER) branch gains on binding over Global-M.
-    Claim("binding_cimr", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB + CIMR heads)",
-          "globalm_cimr", "flowclip_cimr", "binding_real", None, None,
-          "Flow-CLIP paper Tab. 6 (ViT-B/32, five-task binding mean)", paper_diff=2.91, setting="Flow-CLIP",
-          paired=True),
-    Claim("binding_hnb", "Flow-CLIP binding gain", "Flow-CLIP beats Global-M on binding (HNB heads)", "globalm_hnb",
-          "flowclip_hnb", "binding_real", None, None,
-          "Flow-CLIP paper (the local branch's binding gain; no HNB-only number)", setting="Flow-CLIP", paired=True),
-    # CIMR makes the score depend on the image: accuracy with the wrong image drops, Real is kept.
-    Claim("cimr_shuffle", "CIMR controls", "CIMR lowers ARO accuracy under Shuffle", "flowclip_hnb", "flowclip_cimr",
-          "aro_shuffle", 48.75, 35.66, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="decrease", paper_diff=-13.08,
-          setting="Flow-CLIP", paired=True),
-    Claim("cimr_fixed", "CIMR controls", "CIMR lowers ARO accuracy under Fixed", "flowclip_hnb", "flowclip_cimr",
-          "aro_fixed", 50.17, 37.21, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="decrease", paper_diff=-12.96,
-          setting="Flow-CLIP", paired=True),
-    Claim("cimr_real", "CIMR controls", "CIMR keeps Real ARO accuracy", "flowclip_hnb", "flowclip_cimr", "aro_real",
-          85.75, 85.91, "Flow-CLIP paper Tab. 4 (ARO mean)", kind="no_loss", setting="Flow-CLIP", paired=True),
+    Claim("M1", "maxmatch", "the matching alone helps (S_H beats smooth-Chamfer with Div + MMD)",
+          "The matching alone helps. With the same Div + MMD regularisers, swapping Smooth-Chamfer for Maximal Pair "
+          "Assignment moves RSUM from 439.57 to 441.23.", "welch", ("sc_divmmd", "sh_divmmd"), "rsum", "increase",
+          "439.57 → 441.23", 1.66),
+    Claim("M2a", "maxmatch", "GD + ISD help smooth-Chamfer", _Q_M2, "welch", ("sc_divmmd", "sc_full"), "rsum",
+          "increase", "439.57 → 444.10", 4.53),
+    Claim("M2b", "maxmatch", "GD + ISD help S_H", _Q_M2, "welch", ("sh_divmmd", "sh_full"), "rsum", "increase",
+          "441.23 → 446.53", 5.30),
+    Claim("M2c", "maxmatch", "GD + ISD help S_H more than smooth-Chamfer", _Q_M2, "contrast",
+          ("sc_divmmd", "sc_full", "sh_divmmd", "sh_full"), "rsum", "increase", "+5.30 vs +4.53", 0.77),
+    Claim("M3", "maxmatch", "S_H + GD + ISD (MaxMatch) is the best configuration", _Q_M2, "best",
+          ("sh_full", "sc_divmmd", "sh_divmmd", "sc_full"), "rsum", "increase",
+          "446.53 vs 439.57, 441.23, 444.10", 2.43),
+    Claim("S1", "maxmatch", "MIL: the weakest single element falls far below the full set",
+          "302.1 — MIL with only its weakest image element, down from 439.0 with the full set. One element does the "
+          "work; the others were never trained.", "one_sample", ("mil_divmmd",), "gap_weakest", "increase",
+          "439.0 − 302.1", 136.9),
+    Claim("S2", "maxmatch", "smooth-Chamfer: single elements ≈ the full set (within ±1 %)",
+          "≈ 439 — Smooth-Chamfer with almost any single element scores the same as its full set (439.6). Four copies "
+          "of one embedding add nothing.", "one_sample", ("sc_divmmd",), "rel_gap_mean", "equal",
+          "439.6 vs ≈ 439 (≈ 0.14 %)", 0.14, margin=1.0),
+    Claim("S3", "maxmatch", "MaxMatch: the full set beats every single element",
+          "446.5 — MaxMatch full set, above every single element (437.9 – 443.8). Each element is strong alone, and "
+          "they are complementary together.", "one_sample", ("sh_full",), "gap_best", "increase", "446.5 − 443.8",
+          2.7),
+    Claim("C1", "maxmatch", "MaxMatch's set elements spread more than smooth-Chamfer's (higher circular variance)",
+          _Q_CV, "welch", ("sc_divmmd", "sh_full"), "cv_image", "increase", "−2.13 → −1.68 [secondary]", 0.45,
+          secondary=True),
+    Claim("P1", "maxmatch", "MaxMatch's similarity and losses plugged into PVSE beat PVSE",
+          "+18.0 RSUM on Flickr30k when our similarity and losses are plugged into PVSE (432.6 → 450.6). The method "
+          "is not tied to one architecture.", "welch", ("pvse", "pvse_maxmatch"), "rsum", "increase",
+          "432.6 → 450.6", 18.0),
+    Claim("B1", "maxmatch", "MaxMatch beats Set Div with the same backbone",
+          "+27.3 RSUM over Set Div on Flickr30k with the same ResNet-152 + Bi-GRU backbone", "welch",
+          ("setdiv", "sh_full"), "rsum", "increase", "+27.3", 27.3),
+    Claim("B2", "maxmatch", "MaxMatch beats VSE∞",
+          "555.2 RSUM on Flickr30k with a larger ResNeXt-101 + BERT backbone, vs 551.9 for Set Div and 550.9 for "
+          "VSE∞.", "welch", ("vse", "sh_full"), "rsum", "increase", "550.9 → 555.2", 4.3),
+    Claim("D1", "derived", "MIL's weakest element falls further below its full set than MaxMatch's", "", "welch",
+          ("sh_full", "mil_divmmd"), "gap_weakest", "increase", "8.6 → 136.9", 128.3),
+    Claim("D2", "derived", "MIL's elements spread less than smooth-Chamfer's", "", "welch",
+          ("mil_divmmd", "sc_divmmd"), "cv_image", "increase", "−7.35 → −2.13 [secondary]", 5.22, secondary=True),
+    Claim("D3", "derived", "Set Div's elements spread more than PVSE's (reference recipes)", "", "welch",
+          ("pvse", "setdiv"), "cv_image", "increase", "−7.35 → −2.13 [secondary]", 5.22, secondary=True),
+    Claim("D4", "derived", "MaxMatch's elements spread more than Set Div's (reference recipes)", "", "welch",
+          ("setdiv", "sh_full"), "cv_image", "increase", "−2.13 → −1.68 [secondary]", 0.45, secondary=True),
+    Claim("D5", "derived", "smooth-Chamfer + GD + ISD beats S_H with Div + MMD (the ablation's diagonal)", "",
+          "welch", ("sh_divmmd", "sc_full"), "rsum", "increase", "441.23 → 444.10", 2.87),
+    Claim("F1", "flowclip", "Flow-CLIP beats Global-M on binding (HNB + CIMR heads)", _Q_BIND, "paired",
+          ("globalm_cimr", "flowclip_cimr"), "binding_real", "increase", "+2.91 (ViT-B/32)", 2.91, ref=_FC),
+    Claim("F2", "flowclip", "Flow-CLIP beats Global-M on binding (HNB heads)", _Q_BIND, "paired",
+          ("globalm_hnb", "flowclip_hnb"), "binding_real", "increase", "(no HNB-only number)", None, ref=_FC),
+    Claim("F3", "flowclip", "CIMR lowers ARO accuracy under Shuffle", _Q_ARO, "paired",
+          ("flowclip_hnb", "flowclip_cimr"), "aro_shuffle", "decrease", "48.75 → 35.66", -13.08, ref=_FC),
+    Claim("F4", "flowclip", "CIMR lowers ARO accuracy under Fixed", _Q_ARO, "paired",
+          ("flowclip_hnb", "flowclip_cimr"), "aro_fixed", "decrease", "50.17 → 37.21", -12.96, ref=_FC),
+    Claim("F5", "flowclip", "CIMR keeps Real ARO accuracy (within ±1 point)", _Q_ARO + " … while maintaining "
+          "matched-image accuracy.", "paired", ("flowclip_hnb", "flowclip_cimr"), "aro_real", "equal",
+          "85.75 → 85.91", 0.16, margin=1.0, ref=_FC),
 )
+CLAIM_BY_ID = {c.id: c for c in CLAIMS}
 
 
-def _check_claims(claims) -> None:
-    ids = [c.id for c in claims]
+def _check_claims() -> None:
+    ids = [c.id for c in CLAIMS]
     if len(set(ids)) != len(ids):
         raise ValueError(f"duplicate claim ids in {ids}")
-    for c in claims:
-        if c.see_also and (c.see_also not in ids or c.see_also == c.id):
-            raise ValueError(f"claim {c.id}: see_also {c.see_also!r} is not another claim's id")
-        if c.setting and c.setting not in SETTINGS:
-            raise ValueError(f"claim {c.id}: setting {c.setting!r} is not a key of SETTINGS")
-        if c.kind not in KINDS:
-            raise ValueError(f"claim {c.id}: kind must be one of {KINDS}, got {c.kind!r}")
-        d = c.paper_delta
-        if d is not None and c.kind != "no_loss" and (d > 0) != (c.kind == "increase"):
-            raise ValueError(f"claim {c.id}: paper difference {d} contradicts kind {c.kind!r}")
+    arity = {"welch": 2, "paired": 2, "contrast": 4, "one_sample": 1}
+    for c in CLAIMS:
+        if c.test not in TESTS or c.table not in TABLES or c.quantity not in QUANTITIES:
+            raise ValueError(f"claim {c.id}: bad test/table/quantity {c.test!r}/{c.table!r}/{c.quantity!r}")
+        if c.test in arity and len(c.cells) != arity[c.test]:
+            raise ValueError(f"claim {c.id}: a {c.test} test takes {arity[c.test]} cells, got {c.cells}")
+        if (c.direction == "equal") != (c.margin is not None):
+            raise ValueError(f"claim {c.id}: an 'equal' claim, and only it, declares a margin")
+        if c.table != "derived" and not c.quote:
+            raise ValueError(f"claim {c.id}: a source statement needs its quote")
+        d = c.source_delta
+        if d is not None and c.direction != "equal" and (d > 0) != (c.direction == "increase"):
+            raise ValueError(f"claim {c.id}: source difference {d} contradicts direction {c.direction!r}")
 
 
-_check_claims(CLAIMS)
+_check_claims()
 
 
-def pooled_std(a, b) -> float:
-    """s_p of the module docstring (needs ≥ 2 values on one side at least; ≥ 2 on both for `verdict`)."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    dof = len(a) + len(b) - 2
-    if dof < 1:
-        raise ValueError(f"pooled std needs ≥ 3 values in all, got {len(a)} + {len(b)}")
-    ss = (len(a) - 1) * (a.var(ddof=1) if len(a) > 1 else 0.0) + (len(b) - 1) * (b.var(ddof=1) if len(b) > 1 else 0.0)
-    return float(math.sqrt(ss / dof))
+# ---- deciding a claim ----------------------------------------------------------------------------------------
+
+def seed_values(cells: dict, cell: str, quantity: str, protocol: str, score: str | None, seeds) -> list:
+    """One value per seed in `seeds` (None where the cell's seed did not run or gave no value). `cells` is
+    {cell name: {seed: best-parameter metrics}}."""
+    by_seed = cells.get(cell) or {}
+    return [value(by_seed[k], quantity, protocol, score) if k in by_seed else None for k in seeds]
 
 
-def _finite(x) -> bool:
-    return x is not None and math.isfinite(float(x))
+def _test(claim: Claim, cells: dict, names, protocol, score, seeds, alpha):
+    vals = [seed_values(cells, n, claim.quantity, protocol, score, seeds) for n in names]
+    finite = [[v for v in vs if v is not None] for vs in vals]
+    if claim.test == "welch":
+        return stats.welch_test(finite[0], finite[1], alpha=alpha), finite
+    if claim.test == "paired":
+        return stats.paired_test(vals[0], vals[1], alpha=alpha), finite
+    if claim.test == "contrast":
+        return stats.contrast_test(finite, [1.0, -1.0, -1.0, 1.0], alpha=alpha), finite
+    if claim.test == "one_sample":
+        return stats.one_sample_test(finite[0], alpha=alpha), finite
+    raise ValueError(claim.test)
 
 
-def verdict(a, b, kind: str = "increase", *, paired: bool = False, paper_diff: float | None = None) -> dict:
-    """The verdict of the module docstring for per-seed values `a`, `b` (lists of floats; None/NaN = failed run).
-    `paired`: `a[k]` and `b[k]` are the same seed (equal lengths); a seed missing on either side drops both.
-    `paper_diff`: the paper's difference, for the size floor (None: no floor).
-
-    Returns {"verdict", "diff" (mean b − mean a, or None), "threshold" (t, or None), "n": [n_a, n_b], "paired"}."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    a, b = list(a) if a is not None else [], list(b) if b is not None else []
-    if paired:
-        if len(a) != len(b):
-            raise ValueError(f"paired values need one entry per seed on both sides, got {len(a)} and {len(b)}")
-        pairs = [(float(x), float(y)) for x, y in zip(a, b) if _finite(x) and _finite(y)]
-        a, b = [x for x, _ in pairs], [y for _, y in pairs]
-    a = [float(x) for x in a if _finite(x)]
-    b = [float(x) for x in b if _finite(x)]
-    out = {"diff": None, "threshold": None, "n": [len(a), len(b)], "paired": paired}
-    if not a or not b:
-        return {**out, "verdict": "missing"}
-    d = float(np.mean(b) - np.mean(a))
-    out["diff"] = d
-    if min(len(a), len(b)) < 2:
-        return {**out, "verdict": "inconclusive (1 seed)"}
-    if paired:
-        t = math.sqrt(2.0) * float(np.std(np.subtract(b, a), ddof=1))
-    else:
-        t = 2.0 * pooled_std(a, b)
-    out["threshold"] = t
-    if kind == "no_loss":
-        return {**out, "verdict": "reproduced" if d >= -t else "reversed"}
-    sign = 1.0 if kind == "increase" else -1.0
-    if abs(d) <= t:
-        return {**out, "verdict": "not reproduced"}
-    if sign * d < 0:
-        return {**out, "verdict": "reversed"}
-    small = paper_diff is not None and abs(d) < SIZE_FLOOR * abs(paper_diff)
-    return {**out, "verdict": "direction only" if small else "reproduced"}
+def _once(claim: Claim, cells: dict, names, protocol, score, seeds, alpha) -> dict:
+    missing = [n for n in names if not cells.get(n)]
+    if missing:
+        return {"verdict": "missing", "missing": missing, "seeds": list(seeds)}
+    if claim.test == "best":
+        parts = []
+        for other in names[1:]:
+            sub = dataclasses.replace(claim, test="welch", cells=(other, names[0]))
+            parts.append({"vs": other, **_once(sub, cells, (other, names[0]), protocol, score, seeds, alpha)})
+        verdicts = [p["verdict"] for p in parts]
+        if "missing" in verdicts:
+            return {"verdict": "missing", "parts": parts, "seeds": list(seeds),
+                    "missing": sorted({m for p in parts for m in p.get("missing", [])}),
+                    "no_value": all(p.get("no_value") for p in parts if p["verdict"] == "missing")}
+        verdict = ("reversed" if "reversed" in verdicts else "reproduced" if all(v == "reproduced" for v in verdicts)
+                   else "inconclusive" if "inconclusive" in verdicts else "not reproduced")
+        weakest = min(parts, key=lambda p: p.get("delta") if p.get("delta") is not None else math.inf)
+        return {"verdict": verdict, "parts": parts, "delta": weakest.get("delta"), "ci": weakest.get("ci"),
+                "p": max((p["p"] for p in parts if p.get("p") is not None), default=None), "t": weakest.get("t"),
+                "df": weakest.get("df"), "n": weakest.get("n"), "alpha": alpha, "seeds": list(seeds)}
+    test, finite = _test(claim, cells, names, protocol, score, seeds, alpha)
+    absent = [n for n, v in zip(names, finite) if not v]
+    if absent:  # the records lack the quantity (e.g. a score or protocol the cell was not evaluated under)
+        return {"verdict": "missing", "missing": absent, "no_value": True, "seeds": list(seeds)}
+    out = {"verdict": stats.verdict(test, claim.direction, margin=claim.margin), "alpha": alpha,
+           "seeds": list(seeds), "means": [float(np.mean(v)) if v else None for v in finite]}
+    if test is None:
+        return {**out, "n": [len(v) for v in finite]}
+    out.update(delta=test.delta, ci=list(test.interval(alpha)), p=test.p, t=test.t, df=test.df, n=list(test.n),
+               kind=test.kind)
+    if claim.direction == "equal":
+        out["ci"] = list(test.interval(2 * alpha))   # TOST's (1 − 2α) interval against the margin
+        out["p"] = stats.tost_p(test, claim.margin)
+    return out
 
 
-def spread_name(row: dict) -> str:
-    """How a verdict row's threshold t was formed: '√2·s_d' (paired seeds) or '2·s_p' (pooled)."""
-    return "√2·s_d" if row.get("paired") else "2·s_p"
-
-
-def spread_text(row: dict) -> str:
-    """' (2·s_p 1.23)' / ' (√2·s_d 1.23)' for a row with a threshold, '' without."""
-    return "" if row.get("threshold") is None else f" ({spread_name(row)} {row['threshold']:.2f})"
-
-
-def outcome_phrase(what: str, row: dict) -> str:
-    """'<what>: Δ = +x.xx (n = n_a/n_b), <verdict>' for a `verdict` row re-checked in another setting (a longer
-    budget, another default), or '<what>: metric missing'."""
-    if row["diff"] is None:
-        return f"{what}: metric missing"
-    return f"{what}: Δ = {row['diff']:+.2f} (n = {row['n'][0]}/{row['n'][1]}), {row['verdict']}"
-
-
-def cell_values(agg: dict, cell: str, which: str, metric: str, seeds=None) -> list:
-    """Per-seed values of `metric` for `cell` in an aggregate (`reproduce.report.aggregate`): the finite ones
-    in seed order, or with `seeds` one entry per seed listed (None where that seed did not run or gave no value)."""
-    summary = ((agg.get(cell) or {}).get("metrics", {}).get(which, {}).get(metric) or {})
-    if seeds is None:
-        return summary.get("values", [])
-    by_seed = dict(zip((agg.get(cell) or {}).get("seeds", []), summary.get("by_seed", [])))
-    return [by_seed.get(k) for k in seeds]
-
-
-def check(agg: dict, claim: Claim, *, a: str = "", b: str = "", which: str = "best") -> dict:
-    """`verdict` of `claim` on an aggregate, with cells `a`/`b` standing in for the claim's own (a longer budget's
-    aggregate, a knob cell); paired claims pair the seeds the two cells share."""
-    a, b = a or claim.a, b or claim.b
-    if not claim.paired:
-        return verdict(cell_values(agg, a, which, claim.metric), cell_values(agg, b, which, claim.metric), claim.kind,
-                       paper_diff=claim.paper_delta)
-    seeds = sorted(set((agg.get(a) or {}).get("seeds", [])) | set((agg.get(b) or {}).get("seeds", [])))
-    return verdict(cell_values(agg, a, which, claim.metric, seeds), cell_values(agg, b, which, claim.metric, seeds),
-                   claim.kind, paired=True, paper_diff=claim.paper_delta)
+def decide(claim: Claim, cells: dict, *, protocol: str = "semantic", score: str | None = None,
+           swap: dict | None = None, looks: str = "two") -> dict:
+    """The claim's result on `cells` ({name: {seed: metrics}}): `looks='two'` is the headline procedure (seeds 0–2 at
+    Pocock's level, then 0–4 for an undecided row when every cell has them); `'one'` tests all seeds each cell has
+    once at α = 0.05 (the quick and long budgets). `swap` substitutes cells (a knob cell for its claim cell);
+    `score` reads another retrieval score for an RSUM claim (the sensitivity table)."""
+    names = tuple((swap or {}).get(c, c) for c in claim.cells)
+    if not QUANTITIES[claim.quantity][1]:
+        protocol = "source"   # no retrieval ground truth in this quantity
+    if looks == "one":
+        seeds = sorted(set().union(*(set((cells.get(n) or {})) for n in names)))
+        return {**_once(claim, cells, names, protocol, score, seeds, stats.ALPHA), "cells": list(names)}
+    first = _once(claim, cells, names, protocol, score, FIRST_LOOK, HEADLINE_ALPHA)
+    if first["verdict"] == "not reproduced" and all(set(SECOND_LOOK) <= set(cells.get(n) or {}) for n in names):
+        return {**_once(claim, cells, names, protocol, score, SECOND_LOOK, HEADLINE_ALPHA), "cells": list(names),
+                "first_look": first["verdict"]}
+    return {**first, "cells": list(names)}

@@ -1,18 +1,18 @@
-"""Bar charts of the reproduction (matplotlib, Agg): mean ± std over seeds as error bars, one PNG each.
+"""Figures of the reproduction (matplotlib, Agg), one PNG each.
 
-    ablation_rsum.png      test RSUM of the ablation, baseline and knob cells
+    claims.png             the headline MaxMatch rows: Δ with its (1 − α) interval against 0, one row per claim
+    ablation_rsum.png      test RSUM of the ablation, baseline and knob cells (2-epoch grid), mean ± std
     flowclip_binding.png   binding mean (Real images) of the frozen CLIP and the four heads, chance as a line
     flowclip_controls.png  ARO-style mean of the same cells under Real / Shuffle / Fixed images, chance as a line
     training_curves.png    training loss and validation RSUM against the step, per seed (the stability check)
+    heatmap_<cell>.png     the element-similarity matrix a record stores (2-epoch grid, seed 0)
 
-`aggregate` is `reproduce.report.aggregate`'s output; `which` is 'best' (best-on-validation parameters, the
-final ones for a cell without a best export — the report's grid table notes which) or 'final'.
+`aggregate` is `reproduce.tables.aggregate`'s output; `which` is 'best' (best-on-validation parameters) or 'final'.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 
 import matplotlib
 
@@ -168,27 +168,60 @@ def training_curves(aggregate: dict, path: str) -> str | None:
     return _save(fig, path)
 
 
-def write_figures(aggregate: dict, out: str) -> dict:
-    """All charts into `out/figures/`; {name: path relative to `out`} for those with data."""
+def claims_forest(rows: list[dict], path: str) -> str | None:
+    """Each headline row's Δ and its (1 − α) interval, coloured by verdict, with the source's Δ as a cross."""
+    rows = [r for r in rows if r["result"].get("delta") is not None]
+    if not rows:
+        return None
+    colors = {"reproduced": "tab:green", "reversed": "tab:red", "not reproduced": "tab:gray",
+              "inconclusive": "tab:olive"}
+    fig, axes = plt.subplots(1, len(rows), figsize=(1.6 * len(rows) + 1, 3.8), squeeze=False)
+    for ax, r in zip(axes[0], rows):
+        res, c = r["result"], r["claim"]
+        lo, hi = res["ci"] if res.get("ci") else (res["delta"], res["delta"])
+        ax.errorbar([0], [res["delta"]], yerr=[[res["delta"] - lo], [hi - res["delta"]]], fmt="o", capsize=5,
+                    color=colors.get(res["verdict"], "k"))
+        if c.source_delta is not None:
+            ax.plot([0.25], [c.source_delta], "x", color="k")
+        if c.margin:
+            for m in (-c.margin, c.margin):
+                ax.axhline(m, color="tab:blue", ls=":", lw=1)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlim(-0.5, 0.6)
+        ax.set_xticks([])
+        ax.set_title(f"{c.id}\n{res['verdict']}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("Δ (the row's quantity; × = the source's Δ)", fontsize=8)
+    fig.suptitle("MaxMatch claims at the converged budget: Δ with its (1 − α) interval", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def write_figures(report: dict, out: str) -> dict:
+    """The charts into `out/figures/`; {name: path relative to `out`} for those with data."""
+    quick = report["aggregates"].get("default") or {}
+    converged = report["aggregates"].get("converged") or {}
     made = {}
-    for name, fn in (("ablation_rsum", ablation_rsum), ("flowclip_binding", flowclip_binding),
-                     ("flowclip_controls", flowclip_controls), ("training_curves", training_curves)):
-        path = fn(aggregate, os.path.join(out, "figures", f"{name}.png"))
+    todo = (("claims", lambda p: claims_forest(report["rows"]["headline"], p)),
+            ("ablation_rsum", lambda p: ablation_rsum(quick, p)),
+            ("flowclip_binding", lambda p: flowclip_binding(quick, p)),
+            ("flowclip_controls", lambda p: flowclip_controls(quick, p)),
+            ("training_curves", lambda p: training_curves(converged or quick, p)))
+    for name, fn in todo:
+        path = fn(os.path.join(out, "figures", f"{name}.png"))
         if path:
             made[name] = os.path.relpath(path, out)
     return made
 
 
-def copy_heatmaps(aggregate: dict, out: str) -> dict:
-    """Copies each set cell's element-similarity heat map (written by its evaluation inside the cell directory) to
-    `out/figures/heatmap_<cell>.png`, so `out/reproduction.md` and `out/figures/` are self-contained; returns
-    {cell name: path relative to `out`} for the maps that exist."""
-    copied = {}
+def draw_heatmaps(aggregate: dict, out: str) -> dict:
+    """Each set cell's element-similarity heat map, drawn from the matrix its seed-0 record stores, into
+    `out/figures/heatmap_<cell>.png`; {cell name: path relative to `out`}."""
+    from mmjax.evaluation import plots
+    drawn = {}
     for name, cell in aggregate.items():
-        src = cell.get("heatmap")
-        if src and os.path.exists(src):
-            dst = os.path.join(out, "figures", f"heatmap_{name}.png")
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copyfile(src, dst)
-            copied[name] = os.path.relpath(dst, out)
-    return copied
+        if cell.get("matrix"):
+            path = plots.plot_similarity_heatmap(cell["matrix"], os.path.join(out, "figures", f"heatmap_{name}.png"),
+                                                 title=f"{cell['label']}: mean element similarity")
+            drawn[name] = os.path.relpath(path, out)
+    return drawn

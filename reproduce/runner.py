@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import subprocess
 import time
 import traceback
@@ -99,6 +100,10 @@ CODE_MOVED_NOTE = "ran the code of"   # a record's note when the checkout moved 
 RESUMED_NOTE = "resumed from step"    # a record's note when its cell resumed from a checkpoint (wall time: the rest)
 
 
+def machine_description() -> str:
+    return f"{os.cpu_count()} CPU core(s), {platform.machine()} {platform.system()}, Python {platform.python_version()}"
+
+
 def _short(version: dict) -> str:
     return (version.get("commit", "")[:10] or "(no git)") + ("+dirty" if version.get("dirty") else "")
 
@@ -167,6 +172,7 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
         **({"clip_from": clip_out} if clip_out and cell.spec.needs_clip else {}),
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
+        "machine": machine_description(),       # what the wall time was measured on
         "code": {**launch_code, "at": "launch"},  # older records lack "at": theirs is the checkout at the cell's end
         **({"code_at_end": end_code} if end_code != launch_code else {}),
         "stability": training_stability(workdir),

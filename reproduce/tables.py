@@ -1,0 +1,235 @@
+"""The report's tables below the headline claims: per-cell aggregates, the common-score sensitivity, the knobs, the
+budget check and the quick (2-epoch) grid (`reproduce.report` assembles them). Pure functions of the records.
+"""
+
+from __future__ import annotations
+
+from reproduce import provenance
+from reproduce.curves import END_KEYS, largest_val_drop, last_value
+from reproduce.grid import COMMON_SCORES, SPEC_BY_NAME, SPECS
+from reproduce.metrics import CONDITIONS, summarize
+from reproduce.runner import CODE_MOVED_NOTE
+
+SCORE_LABELS = {"maxmatch": "exact S_H", "maxmatch_topk": "top-k (k = 4)", "smooth_chamfer": "smooth-Chamfer",
+                "mil": "MIL", "average": "cosine (K = 1)"}
+
+
+def score_label(kind: str) -> str:
+    return SCORE_LABELS.get(kind, kind)
+
+
+def _cell(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")  # a bare | would end the table cell
+
+
+def markdown_table(header, rows) -> list[str]:
+    return ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(_cell(x) for x in r) + " |" for r in rows), ""]
+
+
+def ms(s: dict | None, digits: int = 2, of: int | None = None) -> str:
+    """mean ± std (mean alone for one value); "(n = k)" when only k of the cell's `of` seeds have the value."""
+    if not s or s.get("mean") is None:
+        return "–"
+    text = f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}" if s["n"] > 1 else f"{s['mean']:.{digits}f}"
+    return text + (f" (n = {s['n']})" if of is not None and s["n"] < of else "")
+
+
+def _seed_notes(rs: list[dict]) -> list[str]:
+    """The cell's record notes, each once, with "(k of n seeds)" when not every seed has it. The code-moved note is
+    left to the report's Code line (`provenance`)."""
+    counts: dict[str, int] = {}
+    for r in rs:
+        for note in dict.fromkeys(r.get("notes", [])):
+            if not note.startswith(CODE_MOVED_NOTE):
+                counts[note] = counts.get(note, 0) + 1
+    return [n if k == len(rs) else f"{n} ({k} of {len(rs)} seeds)" for n, k in sorted(counts.items())]
+
+
+def aggregate(records: list[dict]) -> dict:
+    """{cell name: {label, group, seeds, n_seeds, budget_detail, wall_s, stability, metrics: {best|final: {metric:
+    summarize(...)}}, arrays, curves, ...}} of one budget's records, in grid order."""
+    out = {}
+    for spec in SPECS:
+        rs = sorted((r for r in records if r["name"] == spec.name), key=lambda r: r["seed"])
+        if not rs:
+            continue
+        metrics = {}
+        for which in ("best", "final"):
+            keys = sorted({k for r in rs for k in r["metrics"][which]})
+            metrics[which] = {k: {**summarize([r["metrics"][which].get(k) for r in rs]),
+                                  "by_seed": [r["metrics"][which].get(k) for r in rs]} for k in keys}
+        out[spec.name] = {
+            "label": spec.label, "group": spec.group, "seeds": [r["seed"] for r in rs], "n_seeds": len(rs),
+            "budget_detail": rs[0]["budget_detail"], "best_params": all(r["best_params"] for r in rs),
+            "wall_s": summarize([r["wall_s"]["total"] for r in rs]),
+            "load_end": summarize([(r.get("load_avg_end") or [None])[0] for r in rs]),
+            "stability": {"nonfinite_losses": sum(r["stability"]["nonfinite_losses"] for r in rs),
+                          "best_val_rsum": summarize([r["stability"]["best_val_rsum"] for r in rs])},
+            "notes": _seed_notes(rs), "commits": provenance.commits_of(rs), "metrics": metrics,
+            "matrix": ((rs[0].get("arrays") or {}).get("best") or {}).get("element_similarity"),
+            "curves": [r.get("curves") or {} for r in rs],
+            "val_drop": summarize([largest_val_drop(r.get("curves") or {}) for r in rs]),
+            "curve_end": {k: summarize([last_value(r.get("curves") or {}, k) for r in rs]) for k in END_KEYS},
+        }
+    return out
+
+
+def _own(name: str) -> str:
+    return SPEC_BY_NAME[name].similarity
+
+
+def sensitivity_section(report: dict, table) -> list[str]:
+    agg = report["aggregates"].get("converged") or {}
+    cells = [(n, c) for n, c in agg.items() if SPEC_BY_NAME[n].similarity]
+    L = ["## Every cell under every score (converged budget)", ""]
+    if not cells:
+        return L + ["(no converged records yet)", ""]
+    L += ["Test RSUM, mean ± std over the seeds run, best-on-validation parameters; each cell's own inference score "
+          "first (the declared one), then the common scores applied to the same embeddings. Semantic ground truth, "
+          "then source ground truth.", ""]
+    head = ["cell", "seeds", "own (inference)", *(score_label(s) for s in COMMON_SCORES)]
+    for protocol, key in (("semantic", "semantic/"), ("source", "")):
+        rows = []
+        for n, c in cells:
+            m = c["metrics"]["best"]
+            own = "rsum_sem" if protocol == "semantic" else "rsum"
+            rows.append([c["label"], c["n_seeds"], ms(m.get(own)),
+                         *(ms(m.get(f"retrieval/{s}/{key}rsum")) for s in COMMON_SCORES)])
+        L += [f"**{protocol.capitalize()} ground truth**", ""] + table(head, rows)
+    return L
+
+
+def knob_section(report: dict, table) -> list[str]:
+    L = ["## Readings of unstated defaults (knob cells)", ""]
+    rows = []
+    for budget in ("converged", "default"):
+        agg = report["aggregates"].get(budget) or {}
+        for n, c in agg.items():
+            spec = SPEC_BY_NAME[n]
+            if not spec.variant_of:
+                continue
+            base = agg.get(spec.variant_of) or {"metrics": {"best": {}}, "n_seeds": 0}
+            key = "rsum_sem" if budget == "converged" else "rsum"
+            rows.append([budget, c["label"], f"`{spec.knob}`", f"{base['n_seeds']} / {c['n_seeds']}",
+                         ms(base["metrics"]["best"].get(key)), ms(c["metrics"]["best"].get(key)),
+                         ms(base["metrics"]["best"].get("cv_log_image"), 3), ms(c["metrics"]["best"].get("cv_log_image"), 3)])
+    if not rows:
+        return L + ["(no knob cells yet)", ""]
+    L += ["Each knob cell changes one reading of what the source leaves unstated (docs/reproduction/protocol.md), "
+          "everything else as its claim cell; every claim row with such a cell is re-tested with it ('why' column "
+          "above). RSUM: semantic at the converged budget, source at the 2-epoch one.", ""]
+    return L + table(["budget", "knob cell", "change", "seeds (claim cell / knob)", "RSUM claim cell", "RSUM knob",
+                      "ln CV claim cell", "ln CV knob"], rows)
+
+
+def budget_check_section(report: dict, table) -> list[str]:
+    conv, x2 = report["cells"].get("converged") or {}, report["cells"].get("converged_x2") or {}
+    L = ["## Budget check: 10 against 20 epochs", ""]
+    rows = []
+    for n, by_seed in x2.items():
+        for seed, m in sorted(by_seed.items()):
+            ten = (conv.get(n) or {}).get(seed) or {}
+            rows.append([SPEC_BY_NAME[n].label, seed, _num(ten.get("rsum_sem")), _num(m.get("rsum_sem")),
+                         _num(ten.get("rsum")), _num(m.get("rsum"))])
+    if not rows:
+        return L + ["(the 20-epoch runs have not finished)", ""]
+    return L + ["Same cell and seed, the converged recipe at 10 and at 20 epochs (test RSUM, best-on-validation "
+                "parameters). The claim rows' 'why' gives the verdicts these cells' comparisons reach at 20 epochs.",
+                ""] + table(["cell", "seed", "10 ep, semantic", "20 ep, semantic", "10 ep, source", "20 ep, source"],
+                            rows)
+
+
+def _num(x, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def quick_section(report: dict, table, claim_table) -> list[str]:
+    """The 2-epoch grid (and its 10-epoch `long` cells): the claims re-tested at one look, and its tables."""
+    agg = report["aggregates"].get("default") or {}
+    L = ["## The quick budget (2 epochs)", ""]
+    if not agg:
+        return L + ["(no quick-budget records)", ""]
+    L += ["The grid first run for this study: every config's default 2-epoch budget (Flow-CLIP heads: 300 steps of 64 "
+          "on a 4-epoch CLIP), 3 seeds, validation once per epoch on the training similarity's source RSUM. Its "
+          "records have the source ground truth only; one look at α = 0.05. Too short for the MaxMatch claims (the "
+          "converged budget decides them); it is the only budget of the Flow-CLIP rows, which the next study "
+          "rebuilds on a testbed able to show them.", ""]
+    rows = report["quick"]["maxmatch"]
+    L += ["**MaxMatch and derived rows, 2 epochs (source ground truth)**", ""] + claim_table(rows, table)
+    flow = report["quick"]["flowclip"]
+    long_by_id = {r["id"]: r for r in report.get("long_flowclip") or ()}
+    for r in flow:
+        lr = long_by_id.get(r["id"])
+        r["why"] = ("–" if not lr or lr["result"]["verdict"] == "missing" else
+                    f"1500 steps (seeds {', '.join(map(str, lr['result']['seeds']))}): "
+                    + ("Δ –" if lr["result"].get("delta") is None else f"Δ {lr['result']['delta']:+.2f}")
+                    + f", {lr['result']['verdict']}")
+    L += ["**Flow-CLIP rows (paired by seed: both heads of seed k sit on seed k's frozen CLIP)**", ""]
+    L += claim_table(flow, table)
+    L += ["Quotes:", ""] + [f"- **{r['claim'].id}** ({r['claim'].ref}): “{r['claim'].quote}”" for r in flow] + [""]
+    L += _grid_table(agg, table) + _retrieval_tables(agg, table) + _set_tables(agg, report, table)
+    L += _flowclip_tables(agg, table)
+    return L
+
+
+def _grid_table(agg, table) -> list[str]:
+    L = ["**Grid and budget (2 epochs)**. 'largest val drop': the largest fall of validation RSUM below its best so far "
+         "(0 = never falls; a collapse would show here).", ""]
+    return L + table(["cell", "group", "seeds", "steps / epochs", "batch", "validation", "wall s / seed",
+                      "non-finite losses", "best val RSUM", "largest val drop", "notes"],
+                     [[c["label"], c["group"], c["n_seeds"], c["budget_detail"]["num_steps"] or
+                       f"{c['budget_detail']['num_epochs']} ep", c["budget_detail"]["batch_size"],
+                       c["budget_detail"]["validation"], ms(c["wall_s"], 0), c["stability"]["nonfinite_losses"],
+                       ms(c["stability"]["best_val_rsum"]), ms(c.get("val_drop"), of=c["n_seeds"]),
+                       "; ".join(c["notes"])] for c in agg.values()])
+
+
+def _retrieval_tables(agg, table) -> list[str]:
+    head = ["cell", "seeds", "RSUM (best)", "RSUM (final)", "S_H exact RSUM", "top-k RSUM", "I2T R@1", "T2I R@1"]
+    rows = []
+    for name, c in agg.items():
+        if c["group"] not in ("ablation", "baselines", "knobs"):
+            continue
+        b, f, own = c["metrics"]["best"], c["metrics"]["final"], _own(name)
+        rows.append([c["label"], c["n_seeds"], ms(b.get("rsum")), ms(f.get("rsum")),
+                     ms(b.get("retrieval/maxmatch/rsum")), ms(b.get("retrieval/maxmatch_topk/rsum")),
+                     ms(b.get(f"retrieval/{own}/i2t_r1")), ms(b.get(f"retrieval/{own}/t2i_r1"))])
+    return ["**Retrieval (2 epochs, source ground truth)**: RSUM = each cell's inference score.", ""] + table(head, rows)
+
+
+def _set_tables(agg, report, table) -> list[str]:
+    set_cells = [(n, c) for n, c in agg.items() if "single/full" in c["metrics"]["best"]]
+    k = max((sum(m.startswith("single/element") for m in c["metrics"]["best"]) for _, c in set_cells), default=0)
+    L = ["**Single-element retrieval (2 epochs)**: RSUM with each image element alone; gap = full − weakest.", ""]
+    L += table(["cell", "full set", *[f"element {i}" for i in range(k)], "gap"],
+               [[c["label"], ms(c["metrics"]["best"]["single/full"]),
+                 *[ms(c["metrics"]["best"].get(f"single/element{i}")) for i in range(k)],
+                 ms(c["metrics"]["best"].get("single_gap"))] for _, c in set_cells])
+    cv_keys = [f"cv/{s}/{v}/mean_log_cv" for s in ("image", "text") for v in ("set", "residual")]
+    L += ["**Circular variance (2 epochs)**: mean ln CV (more negative = more collapsed).", ""]
+    L += table(["cell", "image elements", "image residuals", "text elements", "text residuals"],
+               [[c["label"], *[ms(c["metrics"]["best"].get(key), 3) for key in cv_keys]] for _, c in set_cells])
+    maps = report.get("heatmaps") or {}
+    L += ["**Element-similarity heat maps (2 epochs, seed 0)**: mean cosine of image element i and caption element j "
+          "over matching test pairs.", ""]
+    L += [f"- {agg[n]['label']}: ![{agg[n]['label']}]({p})" for n, p in maps.items()] or ["(none)"]
+    return L + [""]
+
+
+def _flowclip_tables(agg: dict, table) -> list[str]:
+    cells = [c for c in agg.values() if c["group"] == "flowclip"]
+    if not cells:
+        return []
+    tasks = sorted({k.split("/")[1] for c in cells for k in c["metrics"]["best"] if k.startswith("suite/")})
+
+    def cell_text(c, prefix):
+        vals = [(c["metrics"]["best"].get(f"{prefix}{cond}") or {}).get("mean") for cond in CONDITIONS]
+        return " / ".join("–" if v is None else f"{v:.1f}" for v in vals)
+
+    chance = lambda key: _num((cells[0]["metrics"]["best"].get(key) or {}).get("mean"), 0)  # noqa: E731
+    rows = [[t, *[cell_text(c, f"suite/{t}/") for c in cells], chance(f"suite/{t}/chance")] for t in tasks]
+    rows += [[f"**{g} mean**", *[cell_text(c, f"{g}_") for c in cells], chance(f"{g}_chance")]
+             for g in ("binding", "aro")]
+    return ["**Flow-CLIP grid (2 epochs)**: suite accuracy (%) with Real / Shuffle / Fixed images, mean over seeds.",
+            ""] + table(["suite", *[c["label"] for c in cells], "chance"], rows)
