@@ -26,8 +26,8 @@ OPERATIONAL = (
     "train.log_every", "train.eval_every", "train.eval_every_epoch", "train.evals_per_epoch", "train.checkpoint_every",
     "train.keep_checkpoints", "train.async_checkpoints", "train.progress_every_s",
     "train.fault_injection_kill_at_step", "data.prefetch", "data.num_workers", "sharding.*", "distributed.*",
-    "evals", "evals.*", "val_evals", "val_evals.*", "eval_split", "eval_max_blocks", "eval_caption_chunk", "final_eval", "benchmarks",
-    "benchmarks.*", "flowclip.score_chunk_images",
+    "evals", "evals.*", "val_evals", "val_evals.*", "eval_split", "eval_max_blocks", "eval_caption_chunk",
+    "final_eval", "benchmarks", "benchmarks.*", "flowclip.score_chunk_images",
 )
 RELOCATABLE = ("data.path", "data.tokenizer_dir", "data.cache_dir", "data.clip_dir", "data.clip_workdir",
                "data.head_workdir", "model.text.bert_dir", "model.text.glove_path")
