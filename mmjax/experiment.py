@@ -20,7 +20,7 @@ import jax
 
 from mmjax.config_validation import check_export_matches, check_resume, recorded_config, validate
 from mmjax.evaluation.evaluators.retrieval import flat_metrics
-from mmjax.evaluation.run import DEFAULT_EVALS, run_evals, write_results
+from mmjax.evaluation.run import DEFAULT_EVALS, add_training_curves, run_evals, write_results
 from mmjax.losses import similarity_options
 from mmjax.similarity import inference_kind
 from mmjax.tasks import build_task
@@ -107,13 +107,13 @@ def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbo
         split = split or config.get("eval_split", "test")
         task = task or build_task(config, workdir)
         context = task.eval_context(variables, split)
-    results = run_evals(config.get("evals"), context, **scoring(config),
-                        plot_dir=os.path.join(out_dir, "plots"),
-                        metrics_jsonl=os.path.join(workdir, "metrics.jsonl"))
+    plot_dir = os.path.join(out_dir, "plots")
+    results = run_evals(config.get("evals"), context, **scoring(config), plot_dir=plot_dir)
     header = {"split": split, "task": config.get("task") or config.get("pretrained")}
     if not config.get("pretrained"):
         header.update(params=params, step=info.get("step"))
-    results = write_results({**header, **results}, out_dir)
+    results = write_results({**header, **results}, out_dir)  # the numbers first, then the curves plot
+    results = add_training_curves(results, os.path.join(workdir, "metrics.jsonl"), plot_dir, out_dir)
     if verbose:
         print(f"\nResults ({split}, {params} parameters) — {os.path.join(out_dir, 'results.json')}\n")
         print(open(os.path.join(out_dir, "results.md")).read())

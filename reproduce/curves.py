@@ -11,8 +11,9 @@ falls, the size of the fall for a run that collapses after a peak.
 
 from __future__ import annotations
 
-import json
 import os
+
+from mmjax.jsonl import read_jsonl
 
 # Prefixes of the metrics.jsonl fields a record keeps as training curves: the loss terms, the validation RSUM (and its
 # semantic-ground-truth form, the converged budget's selection metric), and
@@ -29,8 +30,7 @@ def training_curves(workdir: str) -> dict:
     if not os.path.exists(path):
         return {}
     curves = {"train": {"step": []}, "val": {"step": []}}
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(path)  # a killed run's cut-short last line is skipped, with a warning naming it
     for row in rows:
         part = "val" if "val/rsum" in row else "train"
         keys = [k for k in row if k.startswith(CURVE_KEYS) and isinstance(row[k], (int, float))]

@@ -18,6 +18,7 @@ import time
 import traceback
 
 from mmjax.batching import progress
+from mmjax.jsonl import read_jsonl
 from reproduce import paths
 from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config
 from reproduce.curves import training_curves
@@ -54,11 +55,7 @@ def training_stability(workdir: str) -> dict:
     losses = []
     path = os.path.join(workdir, "metrics.jsonl")
     if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                if "loss/total" in row:
-                    losses.append(float(row["loss/total"]))
+        losses = [float(row["loss/total"]) for row in read_jsonl(path) if "loss/total" in row]
     summary_path = os.path.join(workdir, "train_summary.json")
     best = _read_json(summary_path).get("best_rsum") if os.path.exists(summary_path) else None
     return {"steps_logged": len(losses), "nonfinite_losses": sum(not math.isfinite(x) for x in losses),

@@ -24,6 +24,7 @@ from mmjax.config_validation.rules import ConfigError
 # before their removal still hold them.
 OPERATIONAL = (
     "train.log_every", "train.eval_every", "train.eval_every_epoch", "train.evals_per_epoch", "train.checkpoint_every",
+    "train.checkpoint_every_s",
     "train.keep_checkpoints", "train.async_checkpoints", "train.progress_every_s",
     "train.fault_injection_kill_at_step", "data.prefetch", "data.num_workers", "sharding.*", "distributed.*",
     "evals", "evals.*", "val_evals", "val_evals.*", "eval_split", "eval_max_blocks", "eval_caption_chunk",

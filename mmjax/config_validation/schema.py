@@ -59,7 +59,7 @@ TRAINING = {
     **COMMON,
     "train.num_epochs": Int(ge=0), "train.num_steps": Int(ge=0), "train.log_every": Int(ge=1),
     "train.eval_every": Int(ge=0), "train.eval_every_epoch": BOOL, "train.evals_per_epoch": Int(ge=1),
-    "train.select_metric": NAME, "train.checkpoint_every": Int(ge=1),
+    "train.select_metric": NAME, "train.checkpoint_every": Int(ge=1), "train.checkpoint_every_s": Num(ge=0),
     "train.keep_checkpoints": Int(ge=1), "train.async_checkpoints": BOOL,
     "train.compute_dtype": Choice(COMPUTE_DTYPES), "train.progress_every_s": Num(ge=0),
     # mmjax.train.optim

@@ -9,7 +9,6 @@ for ≤ ~2 000 points; larger inputs are subsampled (seeded).
 
 from __future__ import annotations
 
-import json
 import os
 
 import matplotlib
@@ -18,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mmjax.jsonl import read_jsonl  # noqa: E402
 from mmjax.normalize import unit_normalize  # noqa: E402
 
 
@@ -134,16 +134,9 @@ def plot_element_embeddings(image_sets, caption_sets, path, *, method: str = "pc
 
 
 def read_metrics_jsonl(path) -> list[dict]:
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            row = json.loads(line)
-            if isinstance(row, dict) and "step" in row:
-                rows.append(row)
-    return rows
+    """The rows of a metrics.jsonl that carry a step; a broken line (a killed run's last) is skipped with a warning
+    naming file and line (`mmjax.jsonl`)."""
+    return [row for row in read_jsonl(path) if "step" in row]
 
 
 def default_curve_keys(keys) -> list[str]:

@@ -44,8 +44,8 @@ def option_problems(name: str, options) -> list[tuple[str, str]]:
 
 
 def run_evaluator(name: str, options: dict | None, context: dict, *, scoring: RunScoring = RunScoring(),
-                  plot_dir: str | None = None, metrics_jsonl: str | None = None) -> dict:
+                  plot_dir: str | None = None) -> dict:
     """Runs evaluator `name` with `options` (a `config.evals` entry) on `context`; its result (JSON-ready)."""
     evaluator = get(name)
     return evaluator.run(evaluator.make_options(options, scoring), context,
-                         EvalEnv(scoring=scoring, plot_dir=plot_dir, metrics_jsonl=metrics_jsonl))
+                         EvalEnv(scoring=scoring, plot_dir=plot_dir))

@@ -38,11 +38,10 @@ def resolve_evals(evals: dict | None, *, similarity: str | None = None,
 
 
 def run_evals(evals: dict | None, context: dict, *, similarity: str | None = None,
-              similarity_kw: dict | None = None, plot_dir: str | None = None,
-              metrics_jsonl: str | None = None) -> dict:
+              similarity_kw: dict | None = None, plot_dir: str | None = None) -> dict:
     """Runs every evaluator of `evals` that `context` can feed; returns {name: result, "evaluators": {name: type},
-    "figures": {name: path}} (with `plot_dir` and an existing `metrics_jsonl`, also the training curves)."""
-    env = EvalEnv(RunScoring(similarity, dict(similarity_kw or {})), plot_dir, metrics_jsonl)
+    "figures": {name: path}}."""
+    env = EvalEnv(RunScoring(similarity, dict(similarity_kw or {})), plot_dir)
     results, types, figures = {}, {}, {}
     for name, (kind, options) in resolve_evals(evals, similarity=similarity, similarity_kw=similarity_kw).items():
         evaluator = registry.get(kind)
@@ -50,11 +49,22 @@ def run_evals(evals: dict | None, context: dict, *, similarity: str | None = Non
             continue
         results[name], types[name] = evaluator.run(options, context, env), kind
         figures.update(results[name].get("figures", {}) if isinstance(results[name], dict) else {})
-    if plot_dir and metrics_jsonl and os.path.exists(metrics_jsonl):
-        from mmjax.evaluation.plots import plot_training_curves
-        figures["training_curves"] = plot_training_curves(metrics_jsonl,
-                                                          os.path.join(plot_dir, "training_curves.png"))
     return {**results, "evaluators": types, "figures": figures}
+
+
+def add_training_curves(results: dict, metrics_jsonl: str, plot_dir: str, out_dir: str) -> dict:
+    """Draws the run's training curves from its metrics.jsonl after the results are written (a plot never costs the
+    numbers: a failure is printed, and results.json stays as written); on success the figure joins `results` and
+    results.json / results.md are written again."""
+    if not os.path.exists(metrics_jsonl):
+        return results
+    from mmjax.evaluation.plots import plot_training_curves
+    try:
+        path = plot_training_curves(metrics_jsonl, os.path.join(plot_dir, "training_curves.png"))
+    except Exception as e:  # noqa: BLE001 — the numbers are already on disk; say what failed and go on
+        print(f"[evaluate] training curves from {metrics_jsonl} not drawn: {type(e).__name__}: {e}", flush=True)
+        return results
+    return write_results({**results, "figures": {**results.get("figures", {}), "training_curves": path}}, out_dir)
 
 
 def to_json(x):

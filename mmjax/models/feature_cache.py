@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from mmjax.batching import batched_apply
+from mmjax.jsonl import read_jsonl
 from mmjax.flowclip.options import DEFAULTS
 
 FORMAT = "mmjax.feature_cache"
@@ -243,8 +244,7 @@ class FeatureCache:
         path = os.path.join(self.directory, "records.jsonl")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: this cache was written without records")
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return read_jsonl(path, strict=True)  # records must be whole: a broken line is an error naming it
 
     def _gather(self, name: str, idx: np.ndarray, dtype) -> np.ndarray:
         array = self.arrays[name]

@@ -7,5 +7,7 @@
 
 from mmjax.train.export import export_params, load_exported
 from mmjax.train.loop import train
+from mmjax.train.preemption import EXIT_PREEMPTED, TrainingPreempted
+from mmjax.train.workdir_lock import WorkdirLockedError
 
-__all__ = ["export_params", "load_exported", "train"]
+__all__ = ["EXIT_PREEMPTED", "TrainingPreempted", "WorkdirLockedError", "export_params", "load_exported", "train"]

@@ -9,7 +9,8 @@ final_eval.
 - train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never; eval_every_epoch=True:
   `evals_per_epoch` times per epoch), select_metric (the validation metric of the best checkpoint: "rsum" of the
   inference score, or e.g. "semantic/rsum"), checkpoint_every, keep_checkpoints, async_checkpoints, compute_dtype
-  ('float32' | 'bfloat16'), progress_every_s.
+  ('float32' | 'bfloat16'), progress_every_s, checkpoint_every_s (also save when this many seconds passed since the
+  last save; 0 = off).
 - val_evals (optional): the evaluators of each validation, when they differ from the retrieval entries of `evals`.
 - distributed.coordinator ('host:port' or None), num_processes, process_id, cpu_collectives ('gloo').
 """
@@ -27,7 +28,7 @@ def sharding_config():
 
 def train_config(**kw):
     base = dict(num_epochs=10, num_steps=0, log_every=10, eval_every=0, eval_every_epoch=False, evals_per_epoch=1,
-                select_metric="rsum", checkpoint_every=200, keep_checkpoints=2,
+                select_metric="rsum", checkpoint_every=200, checkpoint_every_s=0.0, keep_checkpoints=2,
                 async_checkpoints=True, compute_dtype="float32", progress_every_s=10.0)
     base.update(kw)
     return ml_collections.ConfigDict(base)

@@ -15,6 +15,8 @@ import math
 import os
 import time
 
+from mmjax.jsonl import read_jsonl
+
 
 class MetricWriter:
 
@@ -32,21 +34,17 @@ class MetricWriter:
                                      purge_step=None if resume_step is None else resume_step + 1)
 
     def _truncate(self, resume_step: int):
-        """Keeps the rows with step <= resume_step (written before the checkpoint the run resumes from)."""
+        """Keeps the rows with step <= resume_step (written before the checkpoint the run resumes from); a line cut
+        short by a kill mid-write is dropped with a warning naming it (`mmjax.jsonl`)."""
         if not os.path.exists(self.path):
             return
         kept, dropped = [], 0
         with open(self.path) as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:  # a line cut short by a kill mid-write
-                    dropped += 1
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= resume_step:
-                    kept.append(line if line.endswith("\n") else line + "\n")
-                else:
-                    dropped += 1
+            total = sum(1 for line in f if line.strip())
+        for row, line in read_jsonl(self.path, keep_lines=True):
+            if isinstance(row.get("step"), int) and row["step"] <= resume_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        dropped = total - len(kept)
         if dropped:
             # Write-then-rename: a kill here leaves either the old file or the new one, never half of it.
             tmp = self.path + ".tmp"
@@ -72,8 +70,8 @@ class MetricWriter:
 
 
 def read_metrics(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows of a metrics.jsonl; a broken line is skipped with a warning naming file and line."""
+    return read_jsonl(path)
 
 
 class Progress:

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "mmjax"
 
 # floor -> units on it; a unit imports only units on strictly lower floors (docs/design.md#package-layout).
 FLOORS = {
-    0: {"matching", "data", "batching", "normalize"},
+    0: {"matching", "data", "batching", "normalize", "jsonl"},
     1: {"similarity"},
     2: {"losses", "flowclip"},
     3: {"models"},

@@ -7,7 +7,9 @@ when (event, step) == (EVENT, STEP) — events are those the loop fires ("step",
 EVENT "checkpoint_committed" / "best_committed" first waits (≤ 60 s) until that save is committed on disk (the
 step directory has its final name), then kills: "right after the save", whichever way the async write raced.
 EVENT "unwritable@<event>" replaces `checkpoints/` by a file there instead of killing (the run goes on and must stop
-at its next save). Every hook call is printed as "[kill_worker] event EVENT STEP".
+at its next save). EVENT "sigterm@<event>" sends SIGTERM instead (a scheduler's preemption notice: the run must stop
+after that step with a checkpoint and exit with `EXIT_PREEMPTED`). Every hook call is printed as
+"[kill_worker] event EVENT STEP".
 EVENT "none" never kills (the same entry point for the uninterrupted reference run). The kill is a real SIGKILL:
 no `finally`, no atexit, async saves in flight are abandoned — what an OOM killer or a pre-empted node does.
 """
@@ -52,10 +54,19 @@ def main(argv):
                 open(ckpt_dir, "w").close()
                 print(f"[kill_worker] {ckpt_dir} made unwritable at ({ev}, {st})", flush=True)
                 return
+            if action == "sigterm":
+                print(f"[kill_worker] SIGTERM at ({ev}, {st})", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
             print(f"[kill_worker] SIGKILL at ({ev}, {st})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    result = run(flags.FLAGS.config, workdir, hooks=[kill])
+    from mmjax.train import EXIT_PREEMPTED, TrainingPreempted
+    try:
+        result = run(flags.FLAGS.config, workdir, hooks=[kill])
+    except TrainingPreempted as e:
+        print(f"[kill_worker] preempted: {e}", flush=True)
+        raise SystemExit(EXIT_PREEMPTED)
     print(f"[kill_worker] finished; this run started at step {result['start_step']}", flush=True)
 
 

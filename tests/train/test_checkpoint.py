@@ -234,3 +234,24 @@ def test_non_finite_loss_before_any_checkpoint_says_so(tmp_path, cache_env):
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))] \
         if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else []
     assert all(np.isfinite(r["loss/total"]) for r in rows if "loss/total" in r)
+
+
+def test_a_broken_metrics_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path):
+    """The state a killed run leaves (its last line cut short) or a broken line in the middle: readers keep every
+    good row and warn with file:line; a resumed run's writer drops the line with the same warning."""
+    import warnings
+
+    from mmjax.jsonl import JSONLWarning, read_jsonl
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss/total": 2.0}\n[1, 2]\n{"step": 2, "loss/total": 1.5}\n{"step": 3, "lo')
+    with pytest.warns(JSONLWarning) as caught:
+        rows = read_metrics(str(path))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert [str(w.message).split(": not")[0] for w in caught] == [f"{path}:2", f"{path}:4"]
+    with pytest.raises(ValueError, match=rf"{path}:2: not a JSON object"):
+        read_jsonl(str(path), strict=True)
+    with warnings.catch_warnings(record=True) as resumed:
+        warnings.simplefilter("always")
+        MetricWriter(str(tmp_path), resume_step=1).close()
+    assert any(f"{path}:4" in str(w.message) for w in resumed)
+    assert [r["step"] for r in read_metrics(str(path))] == [1]

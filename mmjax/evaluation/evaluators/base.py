@@ -40,12 +40,11 @@ class RunScoring:
 
 @dataclasses.dataclass(frozen=True)
 class EvalEnv:
-    """Where a run's evaluation writes: the run's scoring, the plot directory (None: no figures) and its
-    metrics.jsonl (training curves)."""
+    """What an evaluator may use beyond its options and context: the run's scoring and the plot directory (None:
+    no figures)."""
 
     scoring: RunScoring = RunScoring()
     plot_dir: str | None = None
-    metrics_jsonl: str | None = None
 
 
 def always(options, context) -> bool:
