@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     from reproduce.grid import make_grid
     from reproduce.report import publish, write_report
     from reproduce.runner import check_budget, check_clip_source, load_cell, run_grid
+    from mmjax.train import EXIT_PREEMPTED, TrainingPreempted
     failed = []
     try:
         cells = make_grid(args.seeds, [c for c in args.cells.split(",") if c] or None,
@@ -91,8 +92,12 @@ def main(argv=None) -> int:
         if args.archive:  # each record is archived as soon as its cell finishes, not only when the grid ends
             def on_finished(cell):
                 archive.save([cell], args.out, args.archive, args.budget)
-        status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from,
-                          config_dir=args.config_dir)
+        try:
+            status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from,
+                              config_dir=args.config_dir)
+        except TrainingPreempted as e:
+            print(f"[reproduce] preempted: {e}; rerun the same command to resume the grid", flush=True)
+            return EXIT_PREEMPTED
         failed = status["failed"]
         print(f"[reproduce] {len(status['done'])} cell(s) run, {len(status['skipped'])} skipped, {len(failed)} "
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)

@@ -19,6 +19,7 @@ import traceback
 
 from mmjax.batching import progress
 from mmjax.jsonl import read_jsonl
+from mmjax.train import TrainingPreempted
 from reproduce import paths
 from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config
 from reproduce.curves import training_curves
@@ -233,6 +234,9 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
                 try:
                     record = run_cell(cell, out, budget, clip_out=clip_out, launch_code=launch_code,
                                       config_dir=config_dir)
+                except TrainingPreempted:  # not the cell's failure: the machine is being taken; stop the grid
+                    log(f"{tag}: preempted (its checkpoint is saved; the same command resumes the cell)")
+                    raise
                 except Exception as e:  # noqa: BLE001 — one cell's failure is recorded; the grid goes on
                     os.makedirs(cell.workdir(out), exist_ok=True)
                     _write_json(os.path.join(cell.workdir(out), "cell_error.json"),
