@@ -17,6 +17,7 @@ EVALUATORS: dict[str, str | Evaluator] = {
     "compositional": "mmjax.evaluation.evaluators.compositional",
     "zeroshot": "mmjax.evaluation.evaluators.zeroshot",
     "set_analysis": "mmjax.evaluation.evaluators.set_analysis",
+    "local_probes": "mmjax.evaluation.evaluators.local_probes",
 }
 
 

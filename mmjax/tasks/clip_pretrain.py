@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.data.shapesworld.local_labels import patch_objects
 from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld, with_global_caption_image
 from mmjax.losses import infonce_loss
@@ -39,6 +40,7 @@ class CLIPPretrainTask:
         d = config.data
         train = shapesworld.generate("train", preset=d.preset, seed=d.seed, mode="pixels")
         val = shapesworld.generate(d.val_split, preset=d.preset, seed=d.seed, mode="pixels")
+        self.train_data = train  # the local probes fit on the training split's tokens
         self.tokenizer = shapesworld.ShapesWorld(train["config"]).tokenizer()
         self.source_train = source_from_shapesworld(train, self.tokenizer)
         self.source_val = source_from_shapesworld(val, self.tokenizer)
@@ -123,4 +125,22 @@ class CLIPPretrainTask:
                 return self.embed(variables, src.images[:1], enc.ids, enc.attention_mask)[1]
 
             context.update(shapesworld_suites_context(data, encode_images, encode_texts, cosine_pairs))
+            context["local_probe_inputs"] = self.local_probe_inputs(variables, data)
         return context
+
+    def local_probe_inputs(self, variables, test_data: dict) -> dict:
+        """The `local_probes` evaluator's inputs: the ViT's patch tokens and the text tokens of this CLIP."""
+        image_fn, text_fn = self._encoders
+        grid = self.config.model.image_size // self.config.model.patch_size
+
+        def encode_images(data, idx):
+            return batched_apply(lambda x: {"patches": image_fn(variables, x)["patches"]}, (data["images"][idx],),
+                                 name=None, jit=False)
+
+        def encode_texts(strings):
+            enc = self.tokenizer.encode(list(strings))
+            return batched_apply(lambda i, m: text_fn(variables, i, m),
+                                 (enc.ids, enc.attention_mask.astype(np.int32)), batch_size=1024, name=None, jit=False)
+
+        return {"encode_images": encode_images, "encode_texts": encode_texts, "train": self.train_data,
+                "test": test_data, "token_objects": lambda data: patch_objects(data, grid)}

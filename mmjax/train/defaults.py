@@ -131,7 +131,8 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
     c.sharding = sharding_config()
     c.distributed = distributed_config()
     c.eval_split = "test"
-    c.evals = {"retrieval": {"type": "retrieval"}, "shapesworld_suites": {"type": "compositional"}}
+    c.evals = {"retrieval": {"type": "retrieval"}, "shapesworld_suites": {"type": "compositional"},
+               "local_probes": {"type": "local_probes"}}  # what the frozen base's patches carry (the heads' input)
     if variant == "smoke":
         c.data.preset = "tiny"
         c.data.batch_size = 32

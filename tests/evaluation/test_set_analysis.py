@@ -99,7 +99,7 @@ def test_zeroshot_score_level_ensembling_and_folder(tmp_path):
 
 def test_registry_runs_every_evaluator_and_results_are_json(tmp_path):
     from mmjax.data.records import CompositionalRecord
-    assert set(EVALUATORS) == {"retrieval", "compositional", "zeroshot", "set_analysis"}
+    assert set(EVALUATORS) == {"retrieval", "compositional", "zeroshot", "set_analysis", "local_probes"}
     rng = np.random.default_rng(3)
     n = 10
     img = _unit_sets(rng, n, 2, 8)

@@ -54,6 +54,12 @@ def test_clip_then_flowclip_head_smoke(tmp_path):
     clip_dir, head_dir = str(tmp_path / "clip"), str(tmp_path / "head")
     run_python(train_cmd("configs/clip_shapes.py:smoke", clip_dir))
     _check_workdir(clip_dir, 4)
+    _check_evaluate("configs/clip_shapes.py:smoke", clip_dir, ("cosine",))
+    probes = json.load(open(os.path.join(clip_dir, "results.json")))["local_probes"]  # the base's patches, probed
+    assert set(probes["probes"]) == {"colour", "shape", "size", "cell", "on_object"}
+    assert probes["tokens_per_image"] == 64 and probes["grounding"]["n"] > 0
+    assert all(0 <= p["accuracy"] <= 100 and 0 < p["majority"] <= 100 for p in probes["probes"].values())
+    assert "word → token grounding" in open(os.path.join(clip_dir, "results.md")).read()
     run_python(train_cmd("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir,
                          f"--config.data.clip_workdir={clip_dir}"))
     _check_workdir(head_dir, 4)

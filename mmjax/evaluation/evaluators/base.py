@@ -113,5 +113,6 @@ def as_tuple(options, *fields: str) -> None:
             object.__setattr__(options, name, tuple(value))
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
+    return ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(map(str, r)) + " |" for r in rows)]
