@@ -1,9 +1,13 @@
-"""A small CLIP-style dual encoder pretrained contrastively on ShapesWorld pixels, then frozen as the base model of
-the ShapesWorld Flow-CLIP heads (docs/design.md#shapesworld-presets `base_clip`).
+"""A small CLIP-style dual encoder pretrained contrastively on ShapesWorld, then frozen as the base model of the
+ShapesWorld Flow-CLIP heads (docs/design.md#shapesworld-presets `base_clip`, `base_clip_regions`).
 
     python train.py --config configs/clip_shapes.py --workdir workdir/clip_shapes
     python train.py --config configs/clip_shapes.py:cpu --workdir workdir/clip_shapes_cpu  # 2-core budget (minutes)
+    python train.py --config configs/clip_shapes.py:regions,cpu --workdir workdir/clip_regions  # region-token base
     python train.py --config configs/clip_shapes.py:smoke --workdir /tmp/clip_smoke     # tests (seconds)
+
+`regions`: the image tower is a transformer over ShapesWorld's region vectors (one local token per region) instead
+of a ViT over pixels (one per 8 × 8 patch).
 
 The default size needs an accelerator (≈ 15 s per step of 512 on a 2-core CPU, ≈ 3 h for its 20 epochs); `cpu`
 (width 128, 2 + 2 layers, batch 256, 4 epochs) is the size the reproduction grid trains.

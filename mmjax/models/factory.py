@@ -106,10 +106,11 @@ def init_retrieval_model(model_cfg, vocab_size: int, rng, sample_batch, *, bert_
     return model, dict(variables)
 
 
-def build_shapesworld_clip(model_cfg, tokenizer):
+def build_shapesworld_clip(model_cfg, tokenizer, *, regions: bool = False):
     """`mmjax.models.clip.CLIPModel` for ShapesWorld (docs/design.md#shapesworld-presets `base_clip`) from a
     `config.model` with width, heads, vision_layers, text_layers, image_size, patch_size, projection_dim
-    (`clip_pretrain_config`).
+    (`clip_pretrain_config`); with `regions`, `mmjax.models.region_clip.RegionCLIPModel` (`base_clip_regions`:
+    `vision_layers` transformer layers over the region vectors; image_size and patch_size unused).
 
     The text tower pools at the tokenizer's [SEP] (CLIP's EOT); positions are the tokenizer's `max_len`; the logit
     scale starts at log(1/0.07). Pixels go in as float32 in [−1, 1] (x / 127.5 − 1).
@@ -126,8 +127,12 @@ def build_shapesworld_clip(model_cfg, tokenizer):
     vision = CLIPVisionConfig(hidden_size=width, intermediate_size=4 * width,
                               num_hidden_layers=model_cfg.vision_layers, num_attention_heads=model_cfg.heads,
                               image_size=model_cfg.image_size, patch_size=model_cfg.patch_size, hidden_act="gelu")
-    return CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=model_cfg.projection_dim,
-                                logit_scale_init_value=math.log(1 / 0.07)))
+    config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=model_cfg.projection_dim,
+                        logit_scale_init_value=math.log(1 / 0.07))
+    if regions:
+        from mmjax.models.region_clip import RegionCLIPModel
+        return RegionCLIPModel(config)
+    return CLIPModel(config)
 
 
 def count_params(tree) -> int:

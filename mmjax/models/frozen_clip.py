@@ -1,5 +1,10 @@
 """A frozen ShapesWorld CLIP (the export of `configs/clip_shapes.py`) as the feature extractor of the Flow-CLIP
-heads: encoders for pixels and caption strings, and the ShapesWorld feature caches the heads train on.
+heads: encoders for images and caption strings, and the ShapesWorld feature caches the heads train on.
+
+Two bases share this path (`data.mode` of the CLIP run): the pixel ViT (`CLIPModel`, images uint8 [N, 64, 64, 3])
+and the region transformer (`RegionCLIPModel`, regions mode). A regions-mode image is handed around as one array
+[R, F + 1] — its region vectors with the validity mask as the last channel (`pack_regions`) — so every consumer
+(feature caches, suites, probes) slices images the same way in both modes.
 """
 
 from __future__ import annotations
@@ -12,12 +17,30 @@ import numpy as np
 
 from mmjax.batching import batched_apply
 from mmjax.models.clip import CLIPConfig, CLIPModel
+from mmjax.models.region_clip import RegionCLIPModel
 from mmjax.models.feature_cache import write_feature_cache
 
 
 def normalise_pixels(images):
     """uint8 [B,H,W,3] → float32 in [−1, 1] (the ShapesWorld CLIP's own preprocessing)."""
     return images.astype(np.float32) / 127.5 - 1.0
+
+
+def pack_regions(regions, region_mask) -> np.ndarray:
+    """[N, R, F] region vectors and [N, R] mask → one float32 array [N, R, F + 1] (the mask last)."""
+    return np.concatenate([np.asarray(regions, np.float32), np.asarray(region_mask, np.float32)[..., None]], -1)
+
+
+def image_inputs(data: dict, mode: str) -> np.ndarray:
+    """A generated split's images as the CLIP of `mode` takes them: pixels, or packed regions."""
+    return data["images"] if mode == "pixels" else pack_regions(data["regions"], data["region_mask"])
+
+
+def encode_image(model, variables, images, mode: str):
+    """The base's {"global", "patches"} of a batch of `image_inputs` (pixels normalised, regions unpacked)."""
+    if mode == "pixels":
+        return model.apply(variables, normalise_pixels(images), method="encode_image")
+    return model.apply(variables, images[..., :-1], images[..., -1] > 0.5, method="encode_image")
 
 
 class FrozenShapesWorldCLIP:
@@ -34,17 +57,20 @@ class FrozenShapesWorldCLIP:
         if info.get("task") != "clip_pretrain":
             raise ValueError(f"{clip_workdir}: exported task is {info.get('task')!r}, not 'clip_pretrain'")
         self.clip_workdir = os.path.abspath(clip_workdir)
-        model = CLIPModel(CLIPConfig.from_dict(info["clip_config"]))
-        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode="pixels")
+        self.mode = info.get("mode", "pixels")  # exports made before the region base are pixel CLIPs
+        config = CLIPConfig.from_dict(info["clip_config"])
+        model = CLIPModel(config) if self.mode == "pixels" else RegionCLIPModel(config)
+        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode=self.mode)
+        self.images = image_inputs(self.data, self.mode)  # what `encode_images` takes, row per image
         self.tokenizer = shapesworld.ShapesWorld(self.data["config"]).tokenizer()
         self.max_tokens = max_tokens
         self._variables = {"params": params["params"]}
-        self._img_fn = jax.jit(lambda v, x: model.apply(v, normalise_pixels(x), method="encode_image"))
+        self._img_fn = jax.jit(lambda v, x: encode_image(model, v, x, self.mode))
         self._txt_fn = jax.jit(lambda v, i, m: model.apply(v, i, m, method="encode_text"))
 
-    def encode_images(self, pixels):
-        """uint8 [n, H, W, 3] -> {"global", "patches"}."""
-        return batched_apply(functools.partial(self._img_fn, self._variables), (np.asarray(pixels),),
+    def encode_images(self, images):
+        """Rows of `self.images` (pixels, or packed regions) -> {"global", "patches"}."""
+        return batched_apply(functools.partial(self._img_fn, self._variables), (np.asarray(images),),
                              batch_size=self.batch_size, name=None, jit=False)
 
     def encode_texts(self, strings):
@@ -76,7 +102,7 @@ def write_shapesworld_cache(clip: FrozenShapesWorldCLIP, directory: str, *, spli
                     texts.append(data["neg_text"][k])
                 rec["neg"] = neg_text_index[k]
             records.append(rec)
-    write_feature_cache(directory, data["images"], texts, encode_image=clip.encode_images,
+    write_feature_cache(directory, clip.images, texts, encode_image=clip.encode_images,
                         encode_text=clip.encode_texts, records=records, batch_size=clip.batch_size,
                         max_tokens=max_tokens, overwrite=True,
                         extra_meta={"source": "shapesworld", "split": split,

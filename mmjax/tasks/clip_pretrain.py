@@ -1,8 +1,9 @@
-"""A small CLIP-style dual encoder trained contrastively on ShapesWorld pixels (docs/design.md#shapesworld-presets
-`base_clip`).
+"""A small CLIP-style dual encoder trained contrastively on ShapesWorld (docs/design.md#shapesworld-presets
+`base_clip`, `base_clip_regions`).
 
-The towers are `mmjax.models.clip.CLIPModel` (HF CLIP architecture): ViT with 8×8 patches on 64×64 pixels and a
-causal text transformer over the ShapesWorld word tokenizer, pooled at [SEP] (the tokenizer's end token plays CLIP's
+The towers are `mmjax.models.clip.CLIPModel` (HF CLIP architecture: ViT with 8×8 patches on 64×64 pixels,
+`data.mode='pixels'`) or `mmjax.models.region_clip.RegionCLIPModel` (a transformer over the region vectors,
+`data.mode='regions'`), and a causal text transformer over the ShapesWorld word tokenizer, pooled at [SEP] (the tokenizer's end token plays CLIP's
 EOT; valid tokens are 1..eot−1 as for CLIP). Loss: symmetric multi-positive InfoNCE over logit_scale·cos with the
 5 captions of each image as its positives (`mmjax.losses.infonce_loss`), learnable temperature (init 0.07,
 clipped at 100). After training the parameters are exported (`mmjax.train.export`) and the model is frozen for
@@ -25,27 +26,29 @@ from mmjax.losses import infonce_loss
 from mmjax.batching import batched_apply
 from mmjax.normalize import unit_normalize
 from mmjax.models.factory import build_shapesworld_clip
-from mmjax.models.frozen_clip import normalise_pixels
+from mmjax.models.frozen_clip import encode_image, image_inputs, normalise_pixels, pack_regions
 from mmjax.train.task import select_keys, single_phase
 
 
 class CLIPPretrainTask:
-    device_keys = ("images", "caption_ids", "caption_mask", "caption_image", "example_valid")
-    float_inputs = ("images",)
+    device_keys = ("images", "image_feats", "image_mask", "caption_ids", "caption_mask", "caption_image",
+                   "example_valid")
+    float_inputs = ("images", "image_feats")
 
     def __init__(self, config, workdir: str = "."):
         del workdir
         from mmjax.data import shapesworld
         self.config = config
         d = config.data
-        train = shapesworld.generate("train", preset=d.preset, seed=d.seed, mode="pixels")
-        val = shapesworld.generate(d.val_split, preset=d.preset, seed=d.seed, mode="pixels")
+        self.mode = d.get("mode", "pixels")
+        train = shapesworld.generate("train", preset=d.preset, seed=d.seed, mode=self.mode)
+        val = shapesworld.generate(d.val_split, preset=d.preset, seed=d.seed, mode=self.mode)
         self.train_data = train  # the local probes fit on the training split's tokens
         self.tokenizer = shapesworld.ShapesWorld(train["config"]).tokenizer()
         self.source_train = source_from_shapesworld(train, self.tokenizer)
         self.source_val = source_from_shapesworld(val, self.tokenizer)
         self.val_positives = retrieval_positives(val)  # the semantic ground truth of every validation
-        self.model = build_shapesworld_clip(config.model, self.tokenizer)
+        self.model = build_shapesworld_clip(config.model, self.tokenizer, regions=self.mode == "regions")
         self.clip_config = self.model.config
         self.examples_per_step = d.batch_size
         self.pipeline = PipelineConfig(batch_size=d.batch_size, seed=config.seed, augment=False, prefetch=d.prefetch)
@@ -62,14 +65,19 @@ class CLIPPretrainTask:
     def export_info(self) -> dict:
         return {"task": "clip_pretrain", "clip_config": dataclasses.asdict(self.clip_config),
                 "tokenizer": "shapesworld", "max_len": self.tokenizer.max_len, "preset": self.config.data.preset,
-                "seed": self.config.data.seed}
+                "seed": self.config.data.seed, "mode": self.mode}
+
+    def _image_args(self, batch) -> tuple:
+        if self.mode == "pixels":
+            return (normalise_pixels(batch["images"]),)
+        return batch["image_feats"], batch["image_mask"]
 
     def init_variables(self, rng, batch):
-        return self.model.init(rng, normalise_pixels(batch["images"]), batch["caption_ids"],
+        return self.model.init(rng, *self._image_args(batch), batch["caption_ids"],
                                batch["caption_mask"].astype(jnp.int32))
 
     def _scores(self, params, batch):
-        out = self.model.apply({"params": params}, normalise_pixels(batch["images"]), batch["caption_ids"],
+        out = self.model.apply({"params": params}, *self._image_args(batch), batch["caption_ids"],
                                batch["caption_mask"].astype(jnp.int32))
         cos = unit_normalize(out["image"]["global"]) @ unit_normalize(out["text"]["global"]).T
         return cos, jnp.minimum(out["logit_scale"], self.config.model.logit_scale_max)
@@ -84,7 +92,7 @@ class CLIPPretrainTask:
 
     @functools.cached_property
     def _encoders(self):
-        image = jax.jit(lambda v, x: self.model.apply(v, normalise_pixels(x), method="encode_image"))
+        image = jax.jit(lambda v, x: encode_image(self.model, v, x, self.mode))
         text = jax.jit(lambda v, i, m: self.model.apply(v, i, m, method="encode_text"))
         return image, text
 
@@ -101,8 +109,12 @@ class CLIPPretrainTask:
     def split_data(self, split):
         from mmjax.data import shapesworld
         d = self.config.data
-        data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode="pixels")
+        data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode=self.mode)
         return data, source_from_shapesworld(data, self.tokenizer)
+
+    def _source_images(self, src):
+        """A source's images as the encoder takes them (`mmjax.models.frozen_clip.image_inputs`)."""
+        return src.images if self.mode == "pixels" else pack_regions(src.images, src.image_mask)
 
     def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
         from mmjax.evaluation.scorers import cosine_pairs, shapesworld_suites_context
@@ -112,30 +124,34 @@ class CLIPPretrainTask:
             data, src = self.split_data(split)
             positives = retrieval_positives(data)
         n, c, t = src.caption_ids.shape
-        img, txt = self.embed(variables, src.images, src.caption_ids.reshape(n * c, t),
-                              src.caption_mask.reshape(n * c, t))
+        images = self._source_images(src)
+        img, txt = self.embed(variables, images, src.caption_ids.reshape(n * c, t), src.caption_mask.reshape(n * c, t))
         context = {"similarity": img @ txt.T, "caption_to_image": np.repeat(np.arange(n), c), "score_name": "cosine",
                    "semantic_positives": positives}
         if suites and data is not None:
             def encode_images(idx):
-                return self.embed(variables, src.images[idx], src.caption_ids[idx, 0], src.caption_mask[idx, 0])[0]
+                return self.embed(variables, images[idx], src.caption_ids[idx, 0], src.caption_mask[idx, 0])[0]
 
             def encode_texts(captions):
                 enc = self.tokenizer.encode(list(captions))
-                return self.embed(variables, src.images[:1], enc.ids, enc.attention_mask)[1]
+                return self.embed(variables, images[:1], enc.ids, enc.attention_mask)[1]
 
             context.update(shapesworld_suites_context(data, encode_images, encode_texts, cosine_pairs))
             context["local_probe_inputs"] = self.local_probe_inputs(variables, data)
         return context
 
     def local_probe_inputs(self, variables, test_data: dict) -> dict:
-        """The `local_probes` evaluator's inputs: the ViT's patch tokens and the text tokens of this CLIP."""
+        """The `local_probes` evaluator's inputs: this CLIP's local image tokens (ViT patches or region outputs) and
+        text tokens, and which object each image token lies on."""
         image_fn, text_fn = self._encoders
         grid = self.config.model.image_size // self.config.model.patch_size
 
         def encode_images(data, idx):
-            return batched_apply(lambda x: {"patches": image_fn(variables, x)["patches"]}, (data["images"][idx],),
-                                 name=None, jit=False)
+            return batched_apply(lambda x: {"patches": image_fn(variables, x)["patches"]},
+                                 (image_inputs(data, self.mode)[idx],), name=None, jit=False)
+
+        def token_objects(data):
+            return patch_objects(data, grid) if self.mode == "pixels" else data["region_object"]
 
         def encode_texts(strings):
             enc = self.tokenizer.encode(list(strings))
@@ -143,4 +159,4 @@ class CLIPPretrainTask:
                                  (enc.ids, enc.attention_mask.astype(np.int32)), batch_size=1024, name=None, jit=False)
 
         return {"encode_images": encode_images, "encode_texts": encode_texts, "train": self.train_data,
-                "test": test_data, "token_objects": lambda data: patch_objects(data, grid)}
+                "test": test_data, "token_objects": token_objects}

@@ -134,7 +134,7 @@ class FlowCLIPHeadTask:
         if suites and self.config.data.name == "shapesworld":
             clip = _frozen_clip(self.caches["train"].meta["clip_workdir"], split, self.options.max_tokens)
             context.update(shapesworld_suites_context(
-                clip.data, lambda idx: clip.encode_images(clip.data["images"][idx]), clip.encode_texts,
+                clip.data, lambda idx: clip.encode_images(clip.images[idx]), clip.encode_texts,
                 lambda img, txt: self._score_diagonal(params, img, txt)))
             n_caps = len(clip.data["captions"][0])
             if np.array_equal(caption_to_image, np.arange(sim.shape[1]) // n_caps):  # records in caption order

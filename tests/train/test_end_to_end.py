@@ -68,3 +68,22 @@ def test_clip_then_flowclip_head_smoke(tmp_path):
     leaves = exported_leaves(head_dir)
     assert {k for k in leaves if k.endswith("['W']")}  # the ICER residual map was trained and exported
     _check_evaluate("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir, ("flowclip",))
+
+
+@pytest.mark.slow
+def test_region_token_base_then_a_head_on_it(tmp_path):
+    """`configs/clip_shapes.py:regions`: the image tower reads region vectors; its local tokens (one per region
+    slot) are what the local probes read and what a Flow-CLIP head's cache holds."""
+    clip_dir, head_dir = str(tmp_path / "clip"), str(tmp_path / "head")
+    run_python(train_cmd("configs/clip_shapes.py:regions,smoke", clip_dir))
+    run_python(["evaluate.py", "--config=configs/clip_shapes.py:regions,smoke", f"--workdir={clip_dir}"])
+    probes = json.load(open(os.path.join(clip_dir, "results.json")))["local_probes"]
+    assert probes["tokens_per_image"] == 10  # ShapesWorld's R region slots
+    # Region vectors hold their object's colour linearly (by construction), so even a barely trained tower keeps it.
+    assert probes["probes"]["colour"]["accuracy"] > probes["probes"]["colour"]["majority"] + 30
+    assert json.load(open(os.path.join(clip_dir, "export", "export.json")))["mode"] == "regions"
+    run_python(train_cmd("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir,
+                         f"--config.data.clip_workdir={clip_dir}"))
+    meta = json.load(open(os.path.join(head_dir, "feature_cache", "train", "meta.json")))
+    assert meta["arrays"]["img_patches"]["shape"][1] == 10
+    assert {k for k in exported_leaves(head_dir) if k.endswith("['W']")}
