@@ -13,6 +13,7 @@ written from the others). While DIR/PAUSE exists the grid waits before its next 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output directory (resumable: finished cells are skipped)")
     p.add_argument("--cells", default="", help="comma-separated cell names (default: the whole grid)")
     p.add_argument("--report-only", action="store_true", help="run nothing: write the report from the archived "
-                   "records (every budget) into --out")
+                   "records (every budget) and the finished cells already in --out, into --out")
     p.add_argument("--archive", default="", help="directory of committed cell records (docs/reproduction/records): "
                    "records the output directories lack are restored from it (those cells are skipped), and every "
                    "finished record is saved to it")
@@ -53,10 +54,24 @@ def parse_args(argv):
 
 def report_command(args) -> str:
     """The command that rebuilds the report from the committed records (what the report says at its top)."""
-    parts = ["python -m reproduce --report-only", f"--archive {args.archive}", f"--out {args.out}"]
+    parts = ["python -m reproduce --report-only"] + ([f"--archive {args.archive}"] if args.archive else []) + [
+        f"--out {args.out}"]
     if args.publish:
         parts.append(f"--publish {args.publish}")
     return " ".join(parts)
+
+
+def _cells_in(out: str, names: str) -> list:
+    from reproduce.grid import make_grid
+    path = os.path.join(out, "grid.json")
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            seeds = int(json.load(f).get("seeds", 0))
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable grid description ({e})") from e
+    return make_grid(seeds, [c for c in names.split(",") if c] or None) if seeds else []
 
 
 def main(argv=None) -> int:
@@ -82,6 +97,8 @@ def main(argv=None) -> int:
                 if restored:
                     print(f"[reproduce] restored {len(restored)} cell record(s) from {args.archive}: "
                           f"{', '.join(restored)}", flush=True)
+        else:  # the finished cells of a grid already in --out (its grid.json says how many seeds it covered)
+            cells = _cells_in(args.out, args.cells)
         archived = archive.load_all(args.archive) if args.archive else []
     except ValueError as e:  # a bad cell name, a directory of another budget, a bad archived record: no traceback
         print(f"python -m reproduce: error: {e}", file=sys.stderr)
@@ -107,7 +124,7 @@ def main(argv=None) -> int:
             archived = archive.load_all(args.archive)
     # The report: every archived record (all budgets), and this grid's finished cells the archive lacks.
     known = {(r["budget"], r["name"], r["seed"]) for r in archived}
-    local = [] if args.report_only else [r for r in (load_cell(c, args.out) for c in cells) if r is not None]
+    local = [r for r in (load_cell(c, args.out) for c in cells) if r is not None]
     records = archived + [r for r in local if (r["budget"], r["name"], r["seed"]) not in known]
     if not records:
         print(f"[reproduce] no finished cells in {args.out} or {args.archive or '(no --archive)'}: nothing to "

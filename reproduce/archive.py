@@ -131,9 +131,11 @@ def load_all(archive: str) -> list[dict]:
     for budget in sorted(os.listdir(archive)):
         root = os.path.join(archive, budget)
         for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
-            for f in sorted(os.listdir(os.path.join(root, name))):
-                if not (f.startswith("seed") and f.endswith(".json") and f[4:-5].isdigit()):
-                    continue
+            if not os.path.isdir(os.path.join(root, name)):  # a stray file beside the cell directories
+                continue
+            files = [f for f in os.listdir(os.path.join(root, name))
+                     if f.startswith("seed") and f.endswith(".json") and f[4:-5].isdigit()]
+            for f in sorted(files, key=lambda f: int(f[4:-5])):  # seed2 before seed10
                 path = os.path.join(root, name, f)
                 try:
                     with open(path) as fh:

@@ -95,6 +95,8 @@ def _gap(kind: str):
             return full - min(elements)
         if kind == "best":
             return full - max(elements)
+        if full == 0:  # a collapsed set (RSUM 0) has no relative gap; one such cell must not end the report
+            return None
         return 100.0 * (full - float(np.mean(elements))) / full
     return quantity
 
@@ -269,18 +271,24 @@ def _once(claim: Claim, cells: dict, names, protocol, score, seeds, alpha) -> di
                     "no_value": all(p.get("no_value") for p in parts if p["verdict"] == "missing")}
         verdict = ("reversed" if "reversed" in verdicts else "reproduced" if all(v == "reproduced" for v in verdicts)
                    else "inconclusive" if "inconclusive" in verdicts else "not reproduced")
+        # Δ, CI, t, ν and p all of one comparison (the weakest: smallest Δ); the intersection–union p apart
         weakest = min(parts, key=lambda p: p.get("delta") if p.get("delta") is not None else math.inf)
         return {"verdict": verdict, "parts": parts, "delta": weakest.get("delta"), "ci": weakest.get("ci"),
-                "p": max((p["p"] for p in parts if p.get("p") is not None), default=None), "t": weakest.get("t"),
-                "df": weakest.get("df"), "n": weakest.get("n"), "alpha": alpha, "seeds": list(seeds)}
+                "p": weakest.get("p"), "t": weakest.get("t"), "df": weakest.get("df"), "n": weakest.get("n"),
+                "p_iut": max((p["p"] for p in parts if p.get("p") is not None), default=None),
+                "vs": weakest.get("vs"), "alpha": alpha, "seeds": list(seeds)}
     test, finite = _test(claim, cells, names, protocol, score, seeds, alpha)
     absent = [n for n, v in zip(names, finite) if not v]
     if absent:  # the records lack the quantity (e.g. a score or protocol the cell was not evaluated under)
         return {"verdict": "missing", "missing": absent, "no_value": True, "seeds": list(seeds)}
     out = {"verdict": stats.verdict(test, claim.direction, margin=claim.margin), "alpha": alpha,
            "seeds": list(seeds), "means": [float(np.mean(v)) if v else None for v in finite]}
-    if test is None:
-        return {**out, "n": [len(v) for v in finite]}
+    if test is None:  # too few seeds or no spread: no test, but the difference of the means still shows
+        means = out["means"]
+        delta = {"welch": lambda: means[1] - means[0], "paired": lambda: means[1] - means[0],
+                 "one_sample": lambda: means[0],
+                 "contrast": lambda: means[3] - means[2] - (means[1] - means[0])}[claim.test]()
+        return {**out, "n": [len(v) for v in finite], "delta": float(delta)}
     out.update(delta=test.delta, ci=list(test.interval(alpha)), p=test.p, t=test.t, df=test.df, n=list(test.n),
                kind=test.kind)
     if claim.direction == "equal":

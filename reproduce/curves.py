@@ -50,10 +50,19 @@ def training_curves(workdir: str) -> dict:
     return curves
 
 
+def val_key(curves: dict) -> str:
+    """The validation RSUM a cell selected on: the semantic ground truth's where it was logged (the converged
+    budgets), else the source's."""
+    return SEMANTIC_VAL if any(v is not None for v in (curves.get("val") or {}).get(SEMANTIC_VAL, [])) else "val/rsum"
+
+
+SEMANTIC_VAL = "val/semantic/rsum"
+
+
 def largest_val_drop(curves: dict) -> float | None:
-    """max over validations of (best validation RSUM so far − this one): 0 for a curve that never falls, large for
-    a run that collapses after a peak; None without validations."""
-    vals = [v for v in (curves.get("val") or {}).get("val/rsum", []) if v is not None]
+    """max over validations of (best validation RSUM so far − this one), on `val_key`'s RSUM: 0 for a curve that
+    never falls, large for a run that collapses after a peak; None without validations."""
+    vals = [v for v in (curves.get("val") or {}).get(val_key(curves), []) if v is not None]
     if not vals:
         return None
     best, drop = vals[0], 0.0

@@ -20,6 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from reproduce import curves  # noqa: E402
+
 CONTROLS = ("real", "shuffle", "fixed")
 GROUP_COLORS = {"ablation": "tab:blue", "baselines": "tab:gray", "knobs": "tab:orange"}
 GROUP_NAMES = {"ablation": "MaxMatch ablation", "baselines": "baselines", "knobs": "other defaults"}
@@ -138,6 +140,8 @@ def training_curves(aggregate: dict, path: str) -> str | None:
         return None
     fig, axes = plt.subplots(len(families), 2, figsize=(12, 3.6 * len(families)), squeeze=False)
     for (title, cells, key), (ax_loss, ax_val) in zip(families, axes):
+        semantic = any(curves.val_key(cur) == curves.SEMANTIC_VAL for c in cells for cur in c["curves"] if cur)
+        vkey = curves.SEMANTIC_VAL if semantic else "val/rsum"
         colors = plt.cm.tab20(np.linspace(0, 1, max(len(cells), 2)))
         for color, c in zip(colors, cells):
             drawn = [cur for cur in c["curves"] if cur]  # seeds whose records carry curves
@@ -148,8 +152,8 @@ def training_curves(aggregate: dict, path: str) -> str | None:
                 if t.get(key):
                     ax_loss.plot(t["step"], [np.nan if x is None else x for x in t[key]], color=color, lw=1,
                                  alpha=0.8, label=label)
-                if v.get("val/rsum"):
-                    ax_val.plot(v["step"], [np.nan if x is None else x for x in v["val/rsum"]], "o-", color=color,
+                if v.get(vkey):
+                    ax_val.plot(v["step"], [np.nan if x is None else x for x in v[vkey]], "o-", color=color,
                                 ms=3, lw=1, alpha=0.8, label=label)
         base = (aggregate.get("clip") or {}).get("stability", {}).get("best_val_rsum") or {}
         if title.startswith("Flow-CLIP") and base.get("mean") is not None:  # the heads sit on this CLIP
@@ -160,7 +164,7 @@ def training_curves(aggregate: dict, path: str) -> str | None:
                 ax.axvspan(*ramp, color="0.85", zorder=0, label="hard-negative ramp" if ax is ax_val else None)
             ax.set_xlabel("step")
         ax_loss.set_ylabel(key)
-        ax_val.set_ylabel("validation RSUM (training similarity)")
+        ax_val.set_ylabel(f"validation RSUM ({'semantic' if semantic else 'source'} ground truth)")
         ax_loss.set_title(f"{title}: training {key} (one line per seed)", fontsize=9)
         ax_val.set_title(f"{title}: validation RSUM", fontsize=9)
         ax_val.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -109,9 +109,10 @@ def _ci(r: dict) -> str:
 
 
 def _test_text(r: dict, claim=None) -> str:
-    if r.get("parts"):  # an intersection–union row: every comparison it needs
+    if r.get("parts"):  # an intersection–union row: every comparison it needs, and the union's p (the largest)
         return "; ".join(f"vs {p['vs']}: " + (f"Δ {p['delta']:+.2f}, p = {p['p']:.3g}" if p.get("p") is not None
-                                               else p["verdict"]) for p in r["parts"])
+                                               else p["verdict"]) for p in r["parts"]) + (
+            f"; intersection–union p = {r['p_iut']:.3g}" if r.get("p_iut") is not None else "")
     if r.get("t") is None:
         return "–"
     n = "/".join(str(x) for x in r.get("n") or ())
@@ -142,6 +143,12 @@ def build_report(records: list[dict], *, command: str) -> dict:
     quick = {"maxmatch": list(others.get(QUICK, {}).values()),
              "flowclip": claim_rows(cells.get(QUICK, {}), flowclip, looks="one", protocol="source")}
     long_flowclip = claim_rows(cells.get(LONG, {}), flowclip, looks="one", protocol="source") if LONG in cells else []
+    long_by_id = {r["id"]: r for r in long_flowclip}
+    for r in quick["flowclip"]:  # the quick Flow-CLIP rows: what the 1500-step heads say
+        lr = long_by_id.get(r["id"])
+        r["why"] = ("–" if not lr or lr["result"]["verdict"] == "missing" else
+                    f"1500 steps (seeds {', '.join(map(str, lr['result']['seeds']))}): {_delta(lr['result'])} "
+                    f"{lr['result']['verdict']}")
     return {"command": command, "budgets": {b: len(rs) for b, rs in budgets.items()}, "cells": cells,
             "aggregates": {b: tables.aggregate(rs) for b, rs in budgets.items()}, "rows": rows, "others": others,
             "quick": quick, "long_flowclip": long_flowclip, "records": records,
@@ -179,8 +186,8 @@ def _headline_cells() -> list[str]:
 
 
 def _claim_table(rows: list[dict], table) -> list[str]:
-    head = ["id", "the source says", "comparison", "quantity", "source", "ours Δ", f"CI (1 − α)", "test",
-            "verdict", "why / what else says"]
+    head = ["id", "the source says", "comparison", "quantity", "source", "ours Δ",
+            "CI (1 − α; 1 − 2α for a margin row)", "test", "verdict", "why / what else says"]
     body = []
     for r in rows:
         c, res = r["claim"], r["result"]

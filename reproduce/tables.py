@@ -158,13 +158,6 @@ def quick_section(report: dict, table, claim_table) -> list[str]:
     rows = report["quick"]["maxmatch"]
     L += ["**MaxMatch and derived rows, 2 epochs (source ground truth)**", ""] + claim_table(rows, table)
     flow = report["quick"]["flowclip"]
-    long_by_id = {r["id"]: r for r in report.get("long_flowclip") or ()}
-    for r in flow:
-        lr = long_by_id.get(r["id"])
-        r["why"] = ("–" if not lr or lr["result"]["verdict"] == "missing" else
-                    f"1500 steps (seeds {', '.join(map(str, lr['result']['seeds']))}): "
-                    + ("Δ –" if lr["result"].get("delta") is None else f"Δ {lr['result']['delta']:+.2f}")
-                    + f", {lr['result']['verdict']}")
     L += ["**Flow-CLIP rows (paired by seed: both heads of seed k sit on seed k's frozen CLIP)**", ""]
     L += claim_table(flow, table)
     L += ["Quotes:", ""] + [f"- **{r['claim'].id}** ({r['claim'].ref}): “{r['claim'].quote}”" for r in flow] + [""]

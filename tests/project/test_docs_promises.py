@@ -139,7 +139,10 @@ def test_reproduction_commands_in_the_docs_parse():
     for doc in ("README.md", "docs/design.md", "reproduce/README.md", "docs/reproduction.md"):
         text = (ROOT / doc).read_text()
         assert "mmjax.reproduce" not in text and "design.md#reproduction" not in text, doc
-        for span in re.findall(r"`(python -m reproduce\s[^`]*)`", text):
+        spans = re.findall(r"`(python -m reproduce\s[^`]*)`", text)   # inline code
+        joined = text.replace("\\\n", " ")                              # fenced blocks: continuation lines joined
+        spans += [m.split("#")[0] for m in re.findall(r"^(python -m reproduce\s.*)$", joined, re.M)]
+        for span in spans:
             if not re.search(r"[{\[]", span):
                 commands.append((doc, shlex.split(span)[3:]))
     assert len(commands) >= 6, commands
