@@ -12,10 +12,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+
+from mmjax.config_validation.cli import define_config_file, parse_flags  # noqa: E402
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "maxmatch_shapes.py")
-config_flags.DEFINE_config_file("config", _DEFAULT, "Experiment config file (path[:variant]).", lock_config=True)
+define_config_file("config", _DEFAULT, "Experiment config file (path[:variant]).", lock_config=True)
 flags.DEFINE_string("workdir", "workdir/maxmatch_shapes", "Workdir of a finished training run.")
 flags.DEFINE_string("split", None, "Split to evaluate (default: config.eval_split, else 'test').")
 flags.DEFINE_enum("params", "final", ["final", "best"], "Which exported parameters: the last step's ('final') or "
@@ -35,4 +36,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)  # an unknown --config.<field>: one error naming it, exit 2

@@ -15,8 +15,9 @@ set V and a caption set T, with validity masks μ^V, μ^T (n_V, n_T valid elemen
 with f_s(x) = (exp(s x) − 1)/s (s = `s_h`, default 1; f_0(x) = x). π* is found on stop_gradient(C) (`match_on='cos'`) or
 on stop_gradient(f_s(C)) (`'transformed'`) by `mmjax.matching.solve`; padded elements never match. Gradients reach C
 only through the gathered matched cells: ∂S_H/∂C_ij = M*_ij exp(s C_ij)/m. Smooth-Chamfer keeps the reference's
-additive bias (K equal entries c score c + log(K)/α). Masked cells use large *finite* penalties; blocks are reduced in
-float32 whatever the input dtype (exp(16) overflows float16).
+additive bias (K equal entries c score c + log(K)/α). Masked cells use large *finite* penalties inside the reductions;
+blocks are reduced in float32 whatever the input dtype (exp(16) overflows float16). Sets have K ≥ 1 elements (K = 0
+is refused with a ValueError naming the shape).
 
 All-pairs form: one matmul of the stacked (Ba·K_V) × (Bb·K_T) elements, reshaped to blocks [Ba, Bb, K_V, K_T]
 (evaluation tiles it on the host: `mmjax.evaluation.embed.score_sets`).
@@ -25,8 +26,14 @@ its K_V·K_T [Ba, Bb] slabs elementwise in one fused pass (top-k by rounds of ma
 enumerating the assignments of max(K_V, K_T) ≤ 5 in the enumerate solver's order), with the same scores.
 
 Non-finite values: only valid cells count. A NaN in a valid cell makes the pair's score NaN for every kind (for
-`maxmatch` also ±inf: the assignment is undefined); NaN/inf in masked (padding) cells never change a score, eagerly
-or under jit.
+`maxmatch` and `average_sigmoid` also ±inf: the assignment is undefined, and σ(±inf) would hide the bad value);
+NaN/inf in masked (padding) cells never change a score, eagerly or under jit.
+
+Empty sets: a pair in which either set has no valid element (its mask all False) scores NaN for every kind, eagerly
+and under jit, so the NaN guards of retrieval and training see it (no finite stand-in such as −1e9 reaches a ranking).
+The NaN is selected with `jnp.where` after the reduction, so the gradients of every other pair stay finite and the
+cotangent reaching the empty pair's (finite, unused) reduction is exactly 0. Losses that drop padded examples mask
+their scores with `jnp.where` before use (`mmjax.losses.ranking`), so an empty padded example never reaches a loss.
 """
 
 import functools
@@ -74,30 +81,54 @@ def _count(mask):
     return jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(jnp.float32)
 
 
+def _check_nonempty_blocks(shape, what: str):
+    if len(shape) < 2 or 0 in tuple(shape)[-2:]:
+        raise ValueError(f"{what} must have K_V >= 1 and K_T >= 1 elements per set, got shape {tuple(shape)} "
+                         f"(a set with no elements has no score; mask elements out instead)")
+
+
+def _nan_where(score, *conditions):
+    """`score` with NaN where any of `conditions` (None = never) holds; the score itself when none is given, so a
+    call without masks or checks compiles exactly as before."""
+    conditions = [m for m in conditions if m is not None]
+    if not conditions:
+        return score
+    return jnp.where(functools.reduce(jnp.logical_or, conditions), jnp.nan, score)
+
+
 def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float = 16.0, s_h: float = 1.0,
                      match_on: str = "cos", solver: str = "auto", solver_options=None, topk_k=None,
                      sigmoid_a: float = 1.0, sigmoid_b: float = 0.0, sinkhorn_tau: float = 0.05,
                      sinkhorn_iters: int = 20, sinkhorn_grad: str = "plan_fixed"):
-    """Reduces blocks `c[..., K_V, K_T]` (masks `row_mask[..., K_V]`, `col_mask[..., K_T]`) to scores `[...]`."""
+    """Reduces blocks `c[..., K_V, K_T]` (masks `row_mask[..., K_V]`, `col_mask[..., K_T]`) to scores `[...]`.
+
+    A block whose valid rows or valid columns are all masked out (an empty set) scores NaN for every kind (module
+    docstring); K_V = 0 or K_T = 0 is refused."""
+    _check_nonempty_blocks(jnp.shape(c), "block_similarity: c")
     c = c.astype(jnp.float32)
     row, col, cell = _masks(c, row_mask, col_mask)
     n_v, n_t = _count(row), _count(col)
+    # Without masks no set can be empty: no extra op (the scores compile exactly as without this rule).
+    empty = None if row_mask is None and col_mask is None else ~(jnp.any(row, -1) & jnp.any(col, -1))
     if kind == "mil":
-        return jnp.max(jnp.where(cell, c, _NEG), axis=(-2, -1))
+        return _nan_where(jnp.max(jnp.where(cell, c, _NEG), axis=(-2, -1)), empty)
     if kind == "average":
-        return jnp.sum(jnp.where(cell, c, 0.0), axis=(-2, -1)) / (n_v * n_t)
+        return _nan_where(jnp.sum(jnp.where(cell, c, 0.0), axis=(-2, -1)) / (n_v * n_t), empty)
     if kind == "average_sigmoid":
-        return jnp.sum(jnp.where(cell, jax.nn.sigmoid(sigmoid_a * c + sigmoid_b), 0.0), axis=(-2, -1)) / (n_v * n_t)
+        # σ(±inf) is finite: a non-finite valid cell must still make the pair NaN, as for every other kind.
+        bad = jnp.any(cell & ~jnp.isfinite(c), axis=(-2, -1))
+        score = jnp.sum(jnp.where(cell, jax.nn.sigmoid(sigmoid_a * c + sigmoid_b), 0.0), axis=(-2, -1)) / (n_v * n_t)
+        return _nan_where(score, bad, empty)
     if kind == "chamfer":
         masked = jnp.where(cell, c, _NEG)
         rows = jnp.sum(jnp.where(row, jnp.max(masked, axis=-1), 0.0), axis=-1) / n_v
         cols = jnp.sum(jnp.where(col, jnp.max(masked, axis=-2), 0.0), axis=-1) / n_t
-        return 0.5 * (rows + cols)
+        return _nan_where(0.5 * (rows + cols), empty)
     if kind == "smooth_chamfer":
         scaled = jnp.where(cell, alpha * c, _NEG)
         rows = jnp.sum(jnp.where(row, jax.nn.logsumexp(scaled, axis=-1), 0.0), axis=-1) / (alpha * n_v)
         cols = jnp.sum(jnp.where(col, jax.nn.logsumexp(scaled, axis=-2), 0.0), axis=-1) / (alpha * n_t)
-        return 0.5 * (rows + cols)
+        return _nan_where(0.5 * (rows + cols), empty)
     if kind == "maxmatch":
         if match_on not in ("cos", "transformed"):
             raise ValueError(f"match_on must be 'cos' or 'transformed', got {match_on!r}")
@@ -111,7 +142,7 @@ def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float
         matched = cols >= 0
         picked = jnp.take_along_axis(safe, jnp.clip(cols, 0, c.shape[-1] - 1)[..., None], axis=-1)[..., 0]
         score = jnp.sum(jnp.where(matched, f_s(picked, s_h), 0.0), axis=-1) / _count(matched)
-        return jnp.where(bad, jnp.nan, score)
+        return _nan_where(score, bad, empty)
     if kind == "maxmatch_topk":
         k_v, k_t = c.shape[-2:]
         flat = jnp.where(cell, c, _NEG).reshape(c.shape[:-2] + (k_v * k_t,))
@@ -125,7 +156,7 @@ def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float
         take = jnp.arange(k_static) < k_eff[..., None]
         score = jnp.sum(jnp.where(take, f_s(top, s_h), 0.0), axis=-1) / jnp.maximum(k_eff, 1).astype(jnp.float32)
         # lax.top_k's order of NaN differs eager vs jit; a NaN in a valid cell always makes the pair NaN.
-        return jnp.where(jnp.any(cell & jnp.isnan(c), axis=(-2, -1)), jnp.nan, score)
+        return _nan_where(score, jnp.any(cell & jnp.isnan(c), axis=(-2, -1)), empty)
     if kind == "sinkhorn_soft":
         if row_mask is not None or col_mask is not None or c.shape[-1] != c.shape[-2]:
             raise ValueError(f"sinkhorn_soft needs square unmasked blocks, got {c.shape[-2:]} with masks")
@@ -143,6 +174,10 @@ def _check_sets(a, b, a_mask, b_mask):
         raise ValueError(f"a must be [Ba, K, D], got shape {a.shape}")
     if b.ndim != 3:
         raise ValueError(f"b must be [Bb, K', D], got shape {b.shape}")
+    for name, x in (("a", a), ("b", b)):
+        if x.shape[1] == 0:
+            raise ValueError(f"{name} must have K >= 1 elements per set, got shape {x.shape} (K = 0: a set with no "
+                             f"elements has no score; mask elements out instead)")
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(f"embedding dimension mismatch: a has D={a.shape[-1]} (shape {a.shape}), "
                          f"b has D={b.shape[-1]} (shape {b.shape})")
@@ -160,7 +195,10 @@ def block_cosines(a, b):
 
 
 def pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, **kw):
-    """Scores `[Ba, Bb]` between sets `a[Ba, K, D]` and `b[Bb, K', D]` (unit rows) for `kind` (module docstring)."""
+    """Scores `[Ba, Bb]` between sets `a[Ba, K, D]` and `b[Bb, K', D]` (unit rows) for `kind` (module docstring).
+
+    K, K' >= 1 (K = 0 raises ValueError naming the shape); a set whose mask is all False scores NaN against every
+    set of the other side."""
     a, b = jnp.asarray(a), jnp.asarray(b)
     a_mask = None if a_mask is None else jnp.asarray(a_mask, bool)
     b_mask = None if b_mask is None else jnp.asarray(b_mask, bool)
@@ -282,7 +320,12 @@ def slab_similarity(c4, kind: str, a_mask=None, b_mask=None, *, s_h: float = 1.0
     Options of other kinds (`alpha`, ...) are ignored, as `block_similarity` ignores them; `slab_supported` says
     whether `kind` and the solver options are covered.
     """
+    if c4.ndim != 4:
+        raise ValueError(f"slab_similarity: c4 must be [K_V, Ba, K_T, Bb], got shape {c4.shape}")
     k_v, _, k_t, _ = c4.shape
+    if k_v == 0 or k_t == 0:
+        raise ValueError(f"slab_similarity: c4 must have K_V >= 1 and K_T >= 1, got shape {c4.shape} "
+                         f"[K_V, Ba, K_T, Bb] (a set with no elements has no score; mask elements out instead)")
     if not slab_supported(kind, k_v, k_t, solver=solver, solver_options=solver_options):
         raise ValueError(f"slab_similarity does not cover kind={kind!r} with solver={solver!r}, "
                          f"solver_options={solver_options!r}, K_V={k_v}, K_T={k_t}; use pairwise_set_similarity")
@@ -297,4 +340,7 @@ def slab_similarity(c4, kind: str, a_mask=None, b_mask=None, *, s_h: float = 1.0
         score = _slab_topk(cells, valid, n_v, n_t, k_static, topk_k, s_h)
     else:
         score = _slab_maxmatch(cells, valid, k_v, k_t, n_v, n_t, s_h, match_on)
-    return jnp.broadcast_to(score, out_shape)
+    # An empty set (mask all False) scores NaN, as in `block_similarity`; without masks nothing is added.
+    empty_v = None if a_mask is None else n_v == 0
+    empty_t = None if b_mask is None else n_t == 0
+    return jnp.broadcast_to(_nan_where(score, empty_v, empty_t), out_shape)

@@ -7,6 +7,10 @@ The valid-token mask marks non-special, non-padding positions (Flow-CLIP's V_T):
 - CLIP BPE: positions 1 … eot−1, eot = the FIRST position whose id is the EOT id. HF's CLIP tokenizer pads with
   `<|endoftext|>` (same id as EOT), so validity is never derived from "id ≠ pad".
 
+Captions containing a NUL character ("\x00") are refused with a ValueError naming the caption's index
+(`check_texts`): tokenizers and C string APIs treat NUL inconsistently (dropped, [UNK], or end of string), so such a
+caption would be scored as some other text without any error.
+
 Hugging Face tokenizers are loaded only with `XTokenizerFast.from_pretrained(local_dir)`: under transformers 5.x the
 keyword constructors (`vocab_file=…`) silently map every token to [UNK]/wrong ids.
 """
@@ -20,6 +24,14 @@ from typing import Protocol, Sequence
 import numpy as np
 
 WORD_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def check_texts(texts: Sequence[str], what: str = "caption") -> None:
+    """Raise ValueError naming the index of the first text that contains a NUL character ("\\x00")."""
+    for i, text in enumerate(texts):
+        if isinstance(text, str) and "\x00" in text:
+            raise ValueError(f"{what} {i} contains a NUL character ('\\x00' at position {text.index(chr(0))}): "
+                             f"{text!r}; refused (it would be tokenised as some other text)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +68,7 @@ class WordTokenizer:
     def encode(self, texts: Sequence[str]) -> TokenBatch:
         if isinstance(texts, str):
             raise TypeError("encode() takes a sequence of texts, got a single str")
+        check_texts(texts)
         n, t = len(texts), self.max_len
         ids = np.zeros((n, t), np.int32)
         for i, text in enumerate(texts):
@@ -112,7 +125,9 @@ class HFTokenizer:
     def encode(self, texts: Sequence[str]) -> TokenBatch:
         if isinstance(texts, str):
             raise TypeError("encode() takes a sequence of texts, got a single str")
-        enc = self.hf(list(texts), padding="max_length", truncation=True, max_length=self.max_len,
+        texts = list(texts)
+        check_texts(texts)
+        enc = self.hf(texts, padding="max_length", truncation=True, max_length=self.max_len,
                       return_special_tokens_mask=True, return_attention_mask=True)
         ids = np.asarray(enc["input_ids"], np.int32)
         attention = np.asarray(enc["attention_mask"], bool)

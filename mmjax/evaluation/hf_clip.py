@@ -36,6 +36,7 @@ import numpy as np
 from mmjax.batching import pad_rows
 from mmjax.data import readers
 from mmjax.data.clip_preprocess import preprocess_batch
+from mmjax.data.tokenizers import check_texts
 from mmjax.evaluation.scorers import EmbeddingScorer, cosine_pairs, pair_diagonal
 from mmjax.evaluation.tiled import tiled_scores
 from mmjax.normalize import unit_normalize
@@ -159,6 +160,7 @@ class HFCLIPEvaluation:
 
     def encode_texts(self, strings) -> dict:
         strings = list(strings)
+        check_texts(strings)  # a NUL character: ValueError naming the caption's index
         parts = [self._encode_strings(strings[s:s + self.batch_size])
                  for s in range(0, len(strings), self.batch_size)]
         return self._keep_text(_concat(parts))

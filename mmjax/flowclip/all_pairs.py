@@ -152,7 +152,8 @@ def icer_local_score(
     chunk_size: int | None = DEFAULTS.score_chunk_images,
     chunk_budget_bytes: int = DEFAULTS.score_chunk_bytes,
 ) -> jax.Array:
-    """(F9) s_L[i, t] = mean over V_T of Δ_ℓ for every pair, shape [Bi, Bt]; 0 for captions with empty V_T.
+    """(F9) s_L[i, t] = mean over V_T of Δ_ℓ for every pair, shape [Bi, Bt]; 0 for captions with empty V_T; the
+    empty [Bi, Bt] array when Bi = 0 or Bt = 0.
 
     Args (defaults: `mmjax.flowclip.options.DEFAULTS`, the project's [default] config fields):
       tau_p: pooling temperature τ_p (`flowclip.tau_p`).
@@ -174,6 +175,9 @@ def icer_local_score(
         raise ValueError(f"chunk_size must be a positive int, or 0 / None (from the budget); got {chunk_size!r}")
     else:
         chunk = min(chunk_size, bi)
+    bt = text["tokens"].shape[0]
+    if bi == 0 or bt == 0:  # no pairs: the empty [Bi, Bt] result (shapes are static, so also under jit)
+        return jnp.zeros((bi, bt), jnp.float32)
     n_chunks = -(-bi // chunk)
 
     valid = text["valid"]
@@ -212,7 +216,8 @@ def score_pairs(
     use_local: bool = DEFAULTS.use_local,
     return_local: bool = False,
 ):
-    """(F1) s[i, t] = s_G[i, t] + α · s_L[i, t] for every image–caption pair, shape [Bi, Bt].
+    """(F1) s[i, t] = s_G[i, t] + α · s_L[i, t] for every image–caption pair, shape [Bi, Bt] (Bi = 0 or Bt = 0
+    gives the empty [Bi, Bt] result).
 
     The one place F1 is assembled: training (`flowclip_objective`, through `mmjax.models.FlowCLIPHead`) and every
     evaluation score with it. Differentiable and jittable (`pool`, `method`, `chunk_size`, `chunk_budget_bytes`,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from mmjax.losses.mmd import mmd_loss
-from mmjax.losses.ranking import infonce_loss, triplet_loss
+from mmjax.losses.ranking import check_indices, infonce_loss, triplet_loss
 from mmjax.losses.regularisers import div_gram, div_uniformity, gd_loss, isd_loss
 from mmjax.similarity import pairwise_set_similarity
 
@@ -64,8 +64,9 @@ EXPONENTIAL_KINDS = ("maxmatch", "maxmatch_topk", "sinkhorn_soft")  # kinds that
 def cosine_units(scores, kind: str, s_h: float):
     """g(S) = log(1 + s·S)/s for the kinds that average f_s of cosines (S_H, top-k, Sinkhorn; s = s_h > 0): the
     log-mean-exp of the cosines they average, in cosine units (g(f_s(c)) = c), monotone in S; identity otherwise.
-    S ≥ (e^{−s} − 1)/s > −1/s keeps the argument of log1p above −1 for every real score; a masked pair's large
-    negative sentinel is clamped there (its score stays far below every real one, and finite)."""
+    S ≥ (e^{−s} − 1)/s > −1/s keeps the argument of log1p above −1 for every real score; a large negative input is
+    clamped there (it stays far below every real score, and finite). The NaN score of a pair with an empty set
+    (`mmjax.similarity`) stays NaN."""
     if kind not in EXPONENTIAL_KINDS or s_h == 0:
         return scores
     return jnp.log1p(jnp.maximum(s_h * scores, -1.0 + 1e-6)) / s_h
@@ -101,7 +102,12 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
                        image_valid=None, caption_valid=None, matching=None):
     """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring); `matching`: the
     `config.matching` solver options (see `similarity_options`). `warmup`: True (VSE0 all-negative triplet), False
-    (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the all-negative form during the ramp."""
+    (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the all-negative form during the ramp.
+
+    Concrete `caption_image` (host numpy, eager calls) must lie in [0, N_images): an out-of-range index raises
+    ValueError before any scoring (a negative one would silently wrap to the last image). Under jit the indices are
+    traced and cannot be checked (no cost is added to the jitted step): check them on the host."""
+    check_indices(caption_image, image["set"].shape[0])
     base = maxmatch_loss_config()
     if cfg is not None:
         unknown = set(dict(cfg)) - set(base.keys())

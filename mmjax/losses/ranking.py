@@ -18,18 +18,49 @@ Symmetric multi-positive InfoNCE over Z = S/τ:
     L^{t2i} = −(1/N_t) Σ_n log( Σ_i Y[i,n] e^{Z[i,n]} / Σ_i e^{Z[i,n]} )
     L_con   = ½ (L^{i2t} + L^{t2i})
 
-Optional `image_valid[N_i]` / `caption_valid[N_t]` drop padded examples from anchors and negatives alike.
+Optional `image_valid[N_i]` / `caption_valid[N_t]` drop padded examples from anchors and negatives alike: their
+scores are replaced with `jnp.where` before any reduction, so a NaN score of a padded example (e.g. an empty set's,
+`mmjax.similarity`) reaches neither the loss nor the gradients.
+
+Indices: `caption_image[n]` must lie in [0, N_i) (a negative index would wrap to the last image and one past the
+batch would read a NaN fill). Concrete indices (numpy arrays, lists, concrete jax arrays) are checked eagerly and an
+out-of-range one raises ValueError naming the argument, the value and the range; traced indices (under `jax.jit`,
+`grad`, `vmap`) cannot be inspected, are not checked and cost nothing extra — check them on the host before the step.
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 _NEG = -1e9
 
 
+def check_indices(indices, upper: int, name: str = "caption_image", what: str = "images") -> None:
+    """Raise ValueError unless every concrete index lies in [0, upper); traced indices (under jit) are skipped.
+
+    Runs on the host, only for concrete values (numpy arrays, lists, concrete jax arrays): nothing is added to a
+    jitted computation."""
+    if isinstance(indices, jax.core.Tracer):
+        return
+    idx = np.asarray(indices)
+    if idx.size == 0 or idx.dtype.kind not in "iu":
+        return  # empty, or not integers (indexing refuses those itself)
+    bad = (idx < 0) | (idx >= upper)
+    if bad.any():
+        pos = tuple(int(p) for p in np.argwhere(bad)[0])
+        where = pos[0] if len(pos) == 1 else pos
+        raise ValueError(f"{name}[{where}] = {int(idx[pos])} is out of range [0, {upper}) ({upper} {what}; "
+                         f"{int(bad.sum())} of {idx.size} indices out of range)")
+
+
 def positive_mask(caption_image, num_images: int, image_ids=None):
-    """Y bool[N_i, N_t]."""
-    caption_image = jnp.asarray(caption_image)
+    """Y bool[N_i, N_t]. Concrete `caption_image` must lie in [0, num_images) ([0, len(image_ids)) with
+    `image_ids`); ValueError otherwise (module docstring; traced indices are not checked)."""
+    check_indices(caption_image, num_images if image_ids is None else int(np.shape(image_ids)[0]))
+    return _positive_mask(jnp.asarray(caption_image), num_images, image_ids)
+
+
+def _positive_mask(caption_image, num_images: int, image_ids=None):
     if image_ids is None:
         return caption_image[None, :] == jnp.arange(num_images)[:, None]
     image_ids = jnp.asarray(image_ids)
@@ -39,11 +70,12 @@ def positive_mask(caption_image, num_images: int, image_ids=None):
 def _check(scores, caption_image, image_ids):
     if scores.ndim != 2:
         raise ValueError(f"scores must be [N_images, N_captions], got shape {scores.shape}")
-    if caption_image.shape != (scores.shape[1],):
+    if jnp.shape(caption_image) != (scores.shape[1],):
         raise ValueError(f"caption_image must have shape ({scores.shape[1]},) (one image index per caption), "
-                         f"got {caption_image.shape}")
+                         f"got {jnp.shape(caption_image)}")
     if image_ids is not None and jnp.shape(image_ids) != (scores.shape[0],):
         raise ValueError(f"image_ids must have shape ({scores.shape[0]},), got {jnp.shape(image_ids)}")
+    check_indices(caption_image, scores.shape[0])
 
 
 def _valid(n, mask):
@@ -56,17 +88,19 @@ def _mean(x, w):
 
 def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: str = "max",
                  reduction: str = "mean", image_ids=None, image_valid=None, caption_valid=None):
-    """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"})."""
+    """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"}).
+
+    Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
-    caption_image = jnp.asarray(caption_image)
     _check(scores, caption_image, image_ids)
+    caption_image = jnp.asarray(caption_image)
     if hard_negative not in ("max", "all"):
         raise ValueError(f"hard_negative must be 'max' or 'all', got {hard_negative!r}")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     n_i, n_t = scores.shape
     iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
-    y = positive_mask(caption_image, n_i, image_ids)
+    y = _positive_mask(caption_image, n_i, image_ids)
     neg = ~y & iv[:, None] & cv[None, :]
     anchor = cv & iv[caption_image]
     s_pos = jnp.take_along_axis(scores, caption_image[None, :], axis=0)[0]       # s_n
@@ -95,16 +129,18 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
 
 def infonce_loss(scores, caption_image, *, temperature: float = 0.05, image_ids=None, image_valid=None,
                  caption_valid=None):
-    """Symmetric multi-positive InfoNCE (module docstring). Returns (loss, {"i2t", "t2i"})."""
+    """Symmetric multi-positive InfoNCE (module docstring). Returns (loss, {"i2t", "t2i"}).
+
+    Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
-    caption_image = jnp.asarray(caption_image)
     _check(scores, caption_image, image_ids)
+    caption_image = jnp.asarray(caption_image)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     n_i, n_t = scores.shape
     iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
     both = iv[:, None] & cv[None, :]
-    y = positive_mask(caption_image, n_i, image_ids) & both
+    y = _positive_mask(caption_image, n_i, image_ids) & both
     z = scores / temperature
     lse = lambda x, m, ax: jax.nn.logsumexp(jnp.where(m, x, _NEG), axis=ax)
     i2t_terms = lse(z, both, 1) - lse(z, y, 1)

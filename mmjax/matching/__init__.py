@@ -9,7 +9,8 @@ Public API:
   non-finite scores). Jittable and vmappable, no host callbacks; scores are treated as constants (stop_gradient);
   gradients flow through the caller's gather of the matched scores, never through a solver.
 - `solve_with_aux(...) -> (cols, aux)` with per-batch diagnostics: `total[...]` (sum of matched valid scores),
-  `repaired_frac`, `incomplete_frac`, `gap_max` (auction), `nonfinite_frac`.
+  `repaired_frac`, `incomplete_frac`, `gap_max` (auction), `nonfinite_frac`, `inexact_frac`. Options of both (a
+  wrong key raises TypeError naming the valid ones): see `solve`.
 - `sinkhorn_plan(scores, tau, iters)` — entropic soft plan for ablations (`method="sinkhorn"` in `solve` returns the
   plan [..., n, n] instead of indices; square unmasked blocks only).
 - Solvers by name (`SOLVERS`): single-problem functions `A[K, K] -> perm[K]` batched with `vmap`:
@@ -24,9 +25,16 @@ penalty (`mmjax.matching.padding`). Ties: every solver is deterministic; differe
 optimal permutations, so compare totals.
 
 NaN/inf in valid cells: eager calls raise `ValueError`; under `jit` the problem is reported in
-`aux["nonfinite_frac"]` and all its rows come back −1 (never silently matched).
+`aux["nonfinite_frac"]`, all its rows come back −1 (never silently matched) and its `aux["total"]` is NaN.
+
+Input dtype and magnitude (details in `solve`): the solvers compute in float32; a conversion to float32 that would
+change a valid value (int32 beyond ±2²⁴, float64 under x64) is refused — ValueError naming the dtype eagerly, the
+problem treated like a non-finite one under `jit` (`aux["inexact_frac"]`). Blocks of magnitude far from 1 (largest
+valid |score| outside [2⁻¹⁰, 2⁶⁴]) are solved after an exact power-of-two rescaling (`mmjax.matching.scaling`).
+An empty batch (a 0 in `scores.shape[:-2]`) returns empty results.
 """
 
+import inspect
 import math
 
 import jax
@@ -134,21 +142,95 @@ def _solve_square(a, method: str, options: dict):
     raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
 
 
-def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto", auction=None,
-                   sinkhorn=None, backend: str | None = None, auto_table=None):
-    """Like `solve`, also returning diagnostics (see module docstring).
+# Keyword options of `solve` / `solve_with_aux`, and the keys of their dict-valued options.
+OPTIONS = ("pad_penalty", "auction", "sinkhorn", "backend", "auto_table")
+AUCTION_OPTIONS = tuple(inspect.signature(solve_auction).parameters)[1:] + ("repair_capacity_frac",)
+SINKHORN_OPTIONS = ("tau", "iters")
 
-    Options: `pad_penalty` ('auto' or a float), `auction` = dict(eps_start_frac=0.005, theta=0.1, tol_cert=1e-5,
-    max_iters_per_phase=16K+64, loop='while', certificate='bellman_ford', eps_final=None (1e-3 with the
-    Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, compaction=4.0, min_buffer=64,
-    integer_eps=True, warm_start='dual', chunk_elems=2**18, repair_capacity_frac=0.01) — see
-    `mmjax.matching.auction`;
-    `sinkhorn` = dict(tau=0.05, iters=20).
+
+def _check_options(options: dict):
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"matching.solve: unknown option(s) {', '.join(map(repr, unknown))}; valid options: "
+                        f"{', '.join(OPTIONS)}")
+    for name, valid in (("auction", AUCTION_OPTIONS), ("sinkhorn", SINKHORN_OPTIONS)):
+        given = options.get(name) or {}
+        unknown = sorted(set(given) - set(valid))
+        if unknown:
+            raise TypeError(f"matching.solve: unknown {name} option(s) {', '.join(map(repr, unknown))}; valid "
+                            f"{name} options: {', '.join(valid)}")
+
+
+def _float32_exact_dtype(dtype) -> bool:
+    """Whether every value of `dtype` is exactly a float32 (then the conversion cannot change a problem)."""
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.iinfo(dtype).bits <= 16
+    fi = jnp.finfo(dtype)
+    return fi.nmant <= 23 and fi.maxexp <= 128 and fi.minexp >= -126
+
+
+def _to_float32(scores, cell_valid):
+    """(scores as float32, inexact bool[...] or None): blocks whose valid cells change value in the conversion.
+
+    float32 / float16 / bfloat16 / (u)int8 / (u)int16 convert exactly (inexact None: nothing is added to the graph).
+    For other dtypes (int32, int64, uint32, float64 under x64, …) a valid finite cell is inexact if its float32 image
+    differs from it (integers beyond ±2²⁴, float64 digits beyond float32's, or beyond float32's range → inf).
     """
+    if scores.dtype == jnp.float32:
+        return scores, None
+    x32 = jax.lax.stop_gradient(scores).astype(jnp.float32)
+    if _float32_exact_dtype(scores.dtype):
+        return x32, None
+    x = jax.lax.stop_gradient(scores)
+    if jnp.issubdtype(scores.dtype, jnp.integer):
+        info = jnp.iinfo(scores.dtype)
+        # Compare in the integer dtype, after checking the float32 value is in range (a float→int cast saturates,
+        # so 2³¹ − 1 → 2³¹ → 2³¹ − 1 would otherwise look exact).
+        in_range = (x32 >= float(info.min)) & (x32 < float(info.max) + 1.0)
+        changed = ~in_range | (jnp.where(in_range, x32, 0.0).astype(scores.dtype) != x)
+    else:
+        changed = jnp.isfinite(x) & (x32.astype(scores.dtype) != x)
+    changed &= cell_valid
+    if not isinstance(changed, jax.core.Tracer) and bool(jnp.any(changed)):
+        first = tuple(int(i) for i in np.argwhere(np.asarray(changed))[0])
+        raise ValueError(
+            f"scores of dtype {scores.dtype} are not exactly representable in float32, which the solvers compute in "
+            f"(first at index {first}: {np.asarray(x)[first]!r} -> {np.asarray(x32)[first]!r}); the optimum could "
+            f"change, so this is refused: convert explicitly (scores.astype(float32)) if the rounding is acceptable, "
+            f"or shift/rescale the scores into float32's exact range (integers within ±2**24)")
+    return x32, jnp.any(changed, axis=(-2, -1))
+
+
+def _empty_result(batch, n, method):
+    """The result for a batch with no problems (shape (..., 0, ...)), as a vmap over an empty axis returns it."""
+    cols = jnp.zeros(batch + (n,), jnp.int32)
+    zero = jnp.float32(0.0)
+    return cols, {"total": jnp.zeros(batch, jnp.float32), "repaired_frac": zero, "incomplete_frac": zero,
+                  "gap_max": zero, "nonfinite_frac": zero, "inexact_frac": zero}
+
+
+def solve_with_aux(scores, method: str = "auto", mask=None, **options):
+    """Like `solve`, also returning diagnostics: `(cols, aux)`.
+
+    aux (per call; `total` per problem, the others over the batch): `total[...]` (sum of the matched valid scores,
+    in float32; NaN for a problem with a non-finite or inexact valid cell), `repaired_frac` (problems the auction
+    could not certify and an exact solver re-solved), `incomplete_frac` (problems the auction left incomplete),
+    `gap_max` (largest certified auction gap, in score units), `nonfinite_frac` (problems with NaN/inf in a valid
+    cell after the float32 conversion), `inexact_frac` (problems with a valid cell that the float32 conversion
+    changed). An empty batch gives empty `cols`/`total` and 0.0 for the fractions and `gap_max`.
+    Options: see `solve`.
+    """
+    _check_options(options)
+    return _solve_with_aux(scores, method, mask, **options)
+
+
+def _solve_with_aux(scores, method, mask, *, pad_penalty="auto", auction=None, sinkhorn=None,
+                    backend: str | None = None, auto_table=None):
     scores = jnp.asarray(scores)
     _check_scores(scores)
     n, m = scores.shape[-2:]
     k = max(n, m)
+    batch = scores.shape[:-2]
     if method == "auto":
         method = choose_auto(k, backend, auto_table)
     if method == "sinkhorn":
@@ -162,36 +244,80 @@ def solve_with_aux(scores, method: str = "auto", mask=None, *, pad_penalty="auto
         return plan, {"total": jnp.sum(plan * scores, axis=(-2, -1))}
     if method not in SOLVERS:
         raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
+    if method == "enumerate" and k > ENUMERATE_MAX_K:
+        raise ValueError(f"method='enumerate' supports K <= {ENUMERATE_MAX_K}, got K={k}")
 
     row_valid, col_valid, cell_valid = normalise_masks(scores, mask)
     _check_finite_valid_cells(scores, cell_valid)
+    scores, inexact = _to_float32(scores, cell_valid)      # refuses (eagerly) a conversion that changes a value
+    if math.prod(batch) == 0:
+        return _empty_result(batch, n, method)
+    no_inexact = jnp.float32(0.0)
     if method == "enumerate" and mask is None and n == m and k <= ENUMERATE_MAX_K:
         # Nothing to mask or pad: one GEMM + argmax (the K = 4 training/eval case; same result as the path below).
         cols, total, nonfinite = solve_enumerate_unmasked(scores)
+        if inexact is not None:
+            cols = jnp.where(inexact[..., None], -1, cols)
+            total = jnp.where(inexact, jnp.nan, total)
+            no_inexact = jnp.mean(inexact.astype(jnp.float32))
         zero = jnp.float32(0.0)
         return cols, {"total": total, "repaired_frac": zero, "incomplete_frac": zero, "gap_max": zero,
-                      "nonfinite_frac": jnp.mean(nonfinite.astype(jnp.float32))}
-    a, cell_sq, nonfinite = square_benefit(scores, row_valid, col_valid, cell_valid, pad_penalty)
-    batch = scores.shape[:-2]
+                      "nonfinite_frac": jnp.mean(nonfinite.astype(jnp.float32)), "inexact_frac": no_inexact}
+    a, cell_sq, nonfinite, inv_scale = square_benefit(scores, row_valid, col_valid, cell_valid, pad_penalty)
     flat = a.reshape((-1, k, k))
     perms, repaired, incomplete, gap = _solve_square(flat, method, {"auction": auction or {}})
     perms = perms.reshape(batch + (k,))[..., :n]
+    bad = nonfinite if inexact is None else nonfinite | inexact
     matched_valid = jnp.take_along_axis(cell_sq[..., :n, :], perms[..., None], axis=-1)[..., 0]
-    matched_valid &= ~nonfinite[..., None]
+    matched_valid &= ~bad[..., None]
     cols = jnp.where(matched_valid, perms, -1).astype(jnp.int32)
     s = jnp.where(cell_valid, jax.lax.stop_gradient(scores), 0).astype(jnp.float32)
     picked = jnp.take_along_axis(s, jnp.clip(cols, 0, m - 1)[..., None], axis=-1)[..., 0]
     total = jnp.sum(jnp.where(cols >= 0, picked, 0.0), axis=-1)
+    total = jnp.where(bad, jnp.nan, total)               # a refused problem has no total (eager calls raise)
+    if inexact is not None:
+        no_inexact = jnp.mean(inexact.astype(jnp.float32))
     aux = {
         "total": total,
         "repaired_frac": jnp.mean(repaired.astype(jnp.float32)),
         "incomplete_frac": jnp.mean(incomplete.astype(jnp.float32)),
-        "gap_max": jnp.max(gap),
+        "gap_max": jnp.max(gap * inv_scale.reshape(-1)),   # back in score units (× 1.0 for ordinary magnitudes)
         "nonfinite_frac": jnp.mean(nonfinite.astype(jnp.float32)),
+        "inexact_frac": no_inexact,
     }
     return cols, aux
 
 
 def solve(scores, method: str = "auto", mask=None, **options):
-    """Maximising assignment on `scores[..., n, m]` -> `cols int32[..., n]` (see module docstring)."""
+    """Maximising assignment on `scores[..., n, m]` -> `cols int32[..., n]` (see the module docstring).
+
+    method: 'auto' (default; by K and backend from `AUTO_TABLE`), 'enumerate' (K <= 8), 'hungarian', 'auction', or
+    'sinkhorn' (returns the soft plan [..., n, n] instead of indices; see `sinkhorn_plan`).
+    mask: None, `(row_mask[..., n], col_mask[..., m])` or a cell mask `[..., n, m]`.
+
+    Options (keyword only; anything else raises TypeError naming these):
+      pad_penalty: 'auto' (default: (2K + 1)·max(1, max |valid score|)) or a finite positive float — the penalty of
+        matching a valid element with padding (`mmjax.matching.padding`);
+      auction: dict of `solve_auction` options (eps_start_frac=0.005, theta=0.1, tol_cert=1e-5,
+        max_iters_per_phase=16K+64, loop='while', certificate='bellman_ford', eps_final=None (1e-3 with the
+        Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, compaction=4.0, min_buffer=64,
+        integer_eps=True, warm_start='dual', chunk_elems=2**18) plus repair_capacity_frac=0.01 — see
+        `mmjax.matching.auction`;
+      sinkhorn: dict(tau=0.05, iters=20) for method='sinkhorn';
+      backend: the backend row of `AUTO_TABLE` for 'auto' (default: jax.default_backend());
+      auto_table: a table replacing `AUTO_TABLE` for 'auto'.
+
+    Input dtype: the solvers compute in float32. float32, float16, bfloat16 and (u)int8/16 scores convert exactly.
+    Other dtypes (int32/int64/uint32, float64 under x64) are accepted only where every valid value converts exactly:
+    an eager call raises ValueError naming the dtype otherwise (e.g. int32 2**25 + 2, float64 1e8 + 1, or float64
+    values beyond float32's range), and under jit such a problem is refused like a non-finite one (all rows −1,
+    `aux["total"]` NaN, counted in `aux["inexact_frac"]`). Convert with `.astype(float32)` to accept the rounding.
+
+    Magnitude: a block whose largest valid |score| is outside [2⁻¹⁰, 2⁶⁴] is solved after an exact power-of-two
+    rescaling (`mmjax.matching.scaling`), so every solver is exact from ~1e-30 to ~3e38 (padding penalties cannot
+    overflow, the auction's certificate stays relative); other blocks are solved bit-for-bit as before.
+
+    Empty batch (`scores.shape[:-2]` contains 0): returns `cols` of shape `[..., n]` with no problems, eagerly and
+    under jit.
+    """
     return solve_with_aux(scores, method, mask, **options)[0]

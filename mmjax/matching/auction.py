@@ -65,6 +65,12 @@ Certificates (after the loop, `mmjax.matching.certificate`), with π the final p
   ≈ 99.6–99.9% certified on random cosine blocks; 1e-2 dropped it to ~97.7%, which would overflow the 1% repair
   buffer) and only problems within ~K·ε_final of another assignment are repaired exactly.
 
+Scale. s = max(1, span) makes the tolerances absolute for spans below 1; a problem whose span is below 2⁻¹⁰ (or above
+2⁶⁴) is therefore solved as f·A with f an exact power of two putting its span in [1, 2) (`mmjax.matching.scaling`;
+same optimum, gap reported in the input's units), so tol·s is relative to the span at every magnitude. Before this,
+any matching passed the certificate once span < tol (normal scores × 1e-6). Spans in [2⁻¹⁰, 2⁶⁴] get f = 1.0 exactly
+(bit-for-bit the previous arithmetic).
+
 A problem is flagged (`needs_repair`) if it hit the iteration cap with rows unassigned or gap > tol·s;
 `mmjax.matching.solve` repairs flagged problems with an exact solver, so the returned total is within tol·s of the
 optimum on every problem (and exactly optimal for integer-valued A whenever tol·s < 1).
@@ -79,6 +85,7 @@ import jax.numpy as jnp
 
 from mmjax.matching.certificate import CERTIFICATES, certificate_gap, certify  # noqa: F401 (re-exported)
 from mmjax.matching.compaction import compacting_while, stage_capacities
+from mmjax.matching.scaling import pow2_factors
 
 _NEG = -1e30  # finite "minus infinity" for masked maxima (inputs are checked finite upstream)
 
@@ -194,6 +201,11 @@ def _solve_block(a, *, opts):
     amax = _max_over_j(a)
     amin = -_max_over_j(-a)
     span = _all0_reduce(amax, jnp.maximum) - _all0_reduce(amin, jnp.minimum)
+    # A problem whose span is far from 1 (below 2⁻¹⁰, above 2⁶⁴) is solved as f·A, f an exact power of two with
+    # f·span ∈ [1, 2), so the tolerances below (∝ max(1, span)) are relative to its span; f = 1.0 exactly otherwise,
+    # which leaves every other problem's arithmetic bit-for-bit unchanged (mmjax.matching.scaling).
+    f, inv_f = pow2_factors(span)
+    a, amax, amin, span = a * f, amax * f, amin * f, span * f
     scale = jnp.maximum(1.0, span)
     eps_lo = opts["eps_rel"] * scale / (k + 1)
     if opts["integer_eps"]:
@@ -225,6 +237,7 @@ def _solve_block(a, *, opts):
     gap, perm, cert_trips = certify(a, owner, prices, opts["certificate"], caps)
     gap = jnp.where(incomplete, jnp.float32(1e30), gap)
     needs_repair = incomplete | (gap > opts["tol_cert"] * scale)
+    gap = jnp.where(incomplete, jnp.float32(1e30), gap * inv_f)            # back in the units of the input
     return perm, needs_repair, incomplete, gap, iters, trips, cert_trips
 
 
@@ -281,6 +294,10 @@ def solve_auction(benefit: jnp.ndarray, *, eps_start_frac: float = 0.005, theta:
 
     flat = benefit.astype(jnp.float32).reshape((-1, k, k))
     n = flat.shape[0]
+    if n == 0:                                            # empty batch: nothing to solve (as vmap would return)
+        return AuctionResult(jnp.zeros(batch + (k,), jnp.int32), jnp.zeros(batch, bool), jnp.zeros(batch, bool),
+                             jnp.zeros(batch, jnp.float32), jnp.zeros(batch, jnp.int32),
+                             jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32))
     size = chunk_size(k, chunk_elems, n)
     chunks = -(-n // size)
     # Pad with identity blocks (solved in one round, certified at once) and drop them again below.

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.matching.scaling import pow2_factors
+
 MAX_K = 8
 
 
@@ -49,8 +51,11 @@ def solve_enumerate_unmasked(scores: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndar
     """Batched exact assignment of unmasked square blocks `scores[..., K, K]`.
 
     Returns (cols int32[..., K], total float32[...], nonfinite bool[...]): a block with a NaN/inf cell gets cols −1 and
-    total 0, as in the general path. Its totals are computed on the raw values (the non-finite ones are discarded after
-    the argmax), so no replaced copy of the scores is materialised.
+    total NaN, as in the general path. Its totals are computed on the raw values (the non-finite ones are discarded
+    after the argmax), so no replaced copy of the scores is materialised. A block with max |score| > 2⁶⁴ is summed
+    after an exact power-of-two rescaling (`mmjax.matching.scaling`), so the K-term totals cannot overflow float32
+    (|C| > 3.4e38/K used to make several totals inf and the argmax pick the first of them); every other block is
+    multiplied by 1.0 exactly (bit-for-bit the previous arithmetic).
     """
     k = scores.shape[-1]
     if scores.shape[-2] != k:
@@ -59,8 +64,9 @@ def solve_enumerate_unmasked(scores: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndar
     batch = scores.shape[:-2]
     flat = jax.lax.stop_gradient(scores).astype(jnp.float32).reshape((-1, k * k))
     nonfinite = jnp.any(~jnp.isfinite(flat), axis=-1)
-    totals = jnp.dot(flat, jnp.asarray(onehot).T, precision="highest")      # [N, K!]
+    scale, inv_scale = pow2_factors(jnp.max(jnp.abs(flat), axis=-1), small=0.0)     # only huge blocks: f ≠ 1
+    totals = jnp.dot(flat * scale[:, None], jnp.asarray(onehot).T, precision="highest")      # [N, K!]
     best = jnp.argmax(totals, axis=-1)
     cols = jnp.where(nonfinite[:, None], -1, jnp.asarray(perms)[best])
-    total = jnp.where(nonfinite, 0.0, jnp.max(totals, axis=-1))
+    total = jnp.where(nonfinite, jnp.nan, jnp.max(totals, axis=-1) * inv_scale)
     return cols.reshape(batch + (k,)), total.reshape(batch), nonfinite.reshape(batch)

@@ -12,12 +12,21 @@ With P_pad > m·c_max every optimum therefore first maximises the number of vali
 `pad_penalty="auto"` uses P_pad = (2K + 1)·max(1, c_max): 2K + 1 for cosine inputs, as the spec fixes, and still
 dominant for unnormalised scores. The penalty is finite: optax's Hungarian solver returns wrong matchings with ±inf.
 
+Scale. A block whose largest valid |score| c_max lies outside [2⁻¹⁰, 2⁶⁴] is first multiplied by an exact power of
+two f bringing c_max into [1, 2) (`mmjax.matching.scaling`; the optimum is unchanged): above 2⁶⁴ the penalty would
+overflow float32 once |C| > 3.4e38/(2K + 1) (and with it every solver's totals), below 2⁻¹⁰ the penalty 2K + 1 would
+dwarf the scores and the auction's certificate, relative to the span of the padded matrix, would accept any
+matching. An explicit `pad_penalty` is multiplied by the same f. Blocks with c_max in [2⁻¹⁰, 2⁶⁴] (all ordinary
+inputs) get f = 1 exactly: their benefit matrix is bit-for-bit what it was without rescaling.
+
 Non-finite entries (NaN, ±inf) in valid cells make the whole problem invalid: its cells are replaced by 0 so the
 solvers stay finite, the problem is reported in `aux["nonfinite_frac"]`, and every row of it comes back unmatched (−1).
 """
 
 import jax
 import jax.numpy as jnp
+
+from mmjax.matching.scaling import pow2_factors
 
 
 def normalise_masks(scores: jnp.ndarray, mask):
@@ -53,13 +62,20 @@ def normalise_masks(scores: jnp.ndarray, mask):
 
 
 def square_benefit(scores: jnp.ndarray, row_valid, col_valid, cell_valid, pad_penalty="auto"):
-    """Pads to K = max(n, m). Returns (A float32[..., K, K], cell_valid_sq bool[..., K, K], nonfinite bool[...])."""
+    """Pads to K = max(n, m) (module docstring).
+
+    Returns (A float32[..., K, K], cell_valid_sq bool[..., K, K], nonfinite bool[...], inv_scale float32[...]):
+    A is the padded benefit of the block times f (a power of two, 1 for ordinary magnitudes) and inv_scale = 1/f,
+    which turns quantities in A's units (the auction's gap) back into score units.
+    """
     n, m = scores.shape[-2:]
     k = max(n, m)
     s = jax.lax.stop_gradient(scores).astype(jnp.float32)
     finite = jnp.isfinite(s)
     nonfinite = jnp.any(cell_valid & ~finite, axis=(-2, -1))
     s = jnp.where(cell_valid & finite, s, 0.0)
+    scale, inv_scale = pow2_factors(jnp.max(jnp.abs(s), axis=(-2, -1)))
+    s = s * scale[..., None, None]                        # × 1.0 (bit-for-bit s) unless c_max is far from 1
     pad_n, pad_m = k - n, k - m
 
     def pad(x, value):
@@ -74,7 +90,7 @@ def square_benefit(scores: jnp.ndarray, row_valid, col_valid, cell_valid, pad_pe
         c_max = jnp.max(jnp.abs(s), axis=(-2, -1), keepdims=True)
         penalty = (2 * k + 1) * jnp.maximum(1.0, c_max)
     else:
-        penalty = jnp.float32(pad_penalty)
+        penalty = jnp.float32(pad_penalty) * scale[..., None, None]
     both_invalid = ~row[..., :, None] & ~col[..., None, :]
     a = jnp.where(cell, s, jnp.where(both_invalid, 0.0, -penalty))
-    return a, cell, nonfinite
+    return a, cell, nonfinite, inv_scale

@@ -42,6 +42,10 @@ BAD = [
     ("maxmatch_shapes", "smoke", {"train.async_checkpoints": "yes"}, "train.async_checkpoints", "True or False"),
     ("maxmatch_shapes", "smoke", {"train.compute_dtype": "float8"}, "train.compute_dtype", "'bfloat16'"),
     ("maxmatch_shapes", "smoke", {"data.batch_size": 0}, "data.batch_size", ">= 1"),
+    # one image per batch: no in-batch negatives, so the triplet and InfoNCE losses are 0 at every step
+    ("maxmatch_shapes", "smoke", {"data.batch_size": 1}, "data.batch_size", ">= 2: the losses of this task take"),
+    ("clip_shapes", "smoke", {"data.batch_size": 1}, "data.batch_size", "negatives from the other images"),
+    ("flowclip_shapes", "smoke", {"data.batch_size": 1}, "data.batch_size", ">= 2"),
     ("maxmatch_shapes", "smoke", {"data.region_drop_prob": 1.0}, "data.region_drop_prob", "< 1"),
     ("maxmatch_shapes", "smoke", {"data.preset": "huge"}, "data.preset", "'tiny'"),
     ("maxmatch_shapes", "smoke", {"data.val_split": "dev"}, "data.val_split", "ShapesWorld splits"),

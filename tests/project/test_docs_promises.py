@@ -121,8 +121,8 @@ def test_commands_name_existing_configs_and_flags():
         path = ROOT / "configs" / name
         assert path.exists(), name
         load(f"configs/{name}", "readme_" + name[:-3]).get_config(variant or "")
-    train_flags = set(re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", (ROOT / "train.py").read_text()))
-    eval_flags = set(re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", (ROOT / "evaluate.py").read_text()))
+    train_flags = set(re.findall(r"(?:DEFINE_\w+|define_config_file)\(\s*\"(\w+)\"", (ROOT / "train.py").read_text()))
+    eval_flags = set(re.findall(r"(?:DEFINE_\w+|define_config_file)\(\s*\"(\w+)\"", (ROOT / "evaluate.py").read_text()))
     for script, known in (("train.py", train_flags), ("evaluate.py", eval_flags)):
         for cmd in re.findall(rf"python {script}([^\n`]*)", README):
             for flag in re.findall(r"--(\w+)", cmd):

@@ -20,6 +20,8 @@ def oracle(c, row, col, kind, s_h=1.0, match_on="cos", topk_k=None):
     kv, kt = c.shape
     valid = row[:, None] & col[None, :]
     n_v, n_t = row.sum(), col.sum()
+    if n_v == 0 or n_t == 0:
+        return np.nan  # an empty set scores NaN, so the non-finite guards see it (mmjax.similarity)
     if kind == "maxmatch_topk":
         k = min(n_v, n_t) if topk_k is None else min(topk_k, kv * kt, n_v * n_t)
         top = np.sort(c[valid])[::-1][:k]
@@ -61,7 +63,7 @@ def data(seed, kv, kt, ties, masked, ba=5, bb=7, d=6):
     if masked:
         am = rng.random((ba, kv)) < 0.7
         bm = rng.random((bb, kt)) < 0.7
-        am[0] = False  # an empty set scores 0
+        am[0] = False  # an empty set scores NaN
     return a, b, am, bm
 
 

@@ -59,6 +59,30 @@ def test_sigterm_saves_the_step_exits_75_and_the_restart_is_bitwise_equal(tmp_pa
         np.testing.assert_array_equal(resumed[key], ref[key], err_msg=key)
 
 
+
+@pytest.mark.slow
+def test_train_py_turns_sigterm_into_exit_75_with_a_checkpoint(tmp_path, cache_env):
+    """The command a cluster runs: `train.py` itself (not the test worker) saves on SIGTERM, says how to resume and
+    exits with EXIT_PREEMPTED, without a traceback."""
+    workdir = tmp_path / "run"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
+               HF_HUB_OFFLINE="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **cache_env)
+    proc = subprocess.Popen([sys.executable, *train_cmd(CONFIG, str(workdir), "--config.train.num_steps=100000",
+                                                        "--config.train.checkpoint_every=100000",
+                                                        "--config.train.log_every=1")],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = workdir / "metrics.jsonl", time.time() + 400
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2) and proc.poll() is None:
+        assert time.time() < deadline, "no training step was logged"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, out[-2000:], err[-3000:])
+    assert "rerun the same command to resume" in out and "Traceback" not in err, (out[-2000:], err[-3000:])
+    steps = [int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit()]
+    assert steps and max(steps) >= 1, steps
+    assert not (workdir / "LOCK").exists()
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -100,6 +124,7 @@ def test_a_second_run_in_a_busy_workdir_refuses_within_seconds(tmp_path):
     proc = run_python(train_cmd(CONFIG, str(workdir), *COMMON), check=False, timeout=300)
     assert proc.returncode != 0 and time.time() - t0 < 120, proc.returncode
     assert "WorkdirLockedError" in proc.stderr and f"pid {os.getpid()}" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]  # one message, not a stack
     assert json.load(open(workdir / "LOCK"))["pid"] == os.getpid()
     assert not (workdir / "checkpoints").exists()
 

@@ -160,6 +160,8 @@ def caption(value: Any, where: str) -> str:
     text = value.strip()
     if not text:
         raise DataFormatError(f"{where}: empty caption")
+    if "\x00" in text:  # tokenisers would drop it, map it to [UNK] or end the string there
+        raise DataFormatError(f"{where}: caption contains a NUL character ('\\x00'): {text!r}")
     return text
 
 

@@ -32,23 +32,36 @@ _SCAN_BYTES = 64 << 20  # bytes per isfinite chunk: bounded memory whatever the 
 def load_feature_array(path: Path, *, mmap: bool = True) -> np.ndarray:
     """A float feature array of rank 2 or 3 from a ``.npy`` file, never unpickling anything."""
     _common.require_file(path, "precomputed image features")
-    # Read the header first: an object dtype means pickled payloads, refused before any loading is attempted.
+    # Read the header first: an object dtype means pickled payloads, refused before any loading is attempted, and
+    # a header whose shape needs more bytes than the file holds (truncated or corrupt) is refused before np.load
+    # tries to allocate that much (a damaged header can claim tens of GiB: MemoryError without a file name).
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
             reader = {(1, 0): np.lib.format.read_array_header_1_0,
                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
             # (format 3.0 only differs in the header encoding; np.load below still refuses objects.)
-            dtype = reader(f)[2] if reader is not None else None
+            header = reader(f) if reader is not None else None
+            data_offset = f.tell()
     except ValueError as err:
         raise DataFormatError(f"{path}: not a .npy file ({err})") from None
+    dtype = header[2] if header is not None else None
     if dtype is not None and dtype.hasobject:
         raise DataFormatError(f"{path}: holds pickled Python objects (dtype {dtype}); refused for safety. "
                               "Save the features as a plain float array.")
+    if header is not None:
+        shape = tuple(int(n) for n in header[0])
+        needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        have = os.path.getsize(path) - data_offset
+        if needed > have:
+            raise DataFormatError(f"{path}: the .npy header declares shape {shape} of {dtype} ({needed} bytes of "
+                                  f"data) but the file holds {have} bytes after the header: truncated or corrupt")
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise DataFormatError(f"{path}: not a readable .npy array ({err})") from None
+    except MemoryError as err:
+        raise MemoryError(f"{path}: the features do not fit in memory ({err}); read them with mmap=True") from None
     if not isinstance(arr, np.ndarray):  # np.load returns an NpzFile for .npz archives
         raise DataFormatError(f"{path}: expected a single .npy array, got {type(arr).__name__}")
     if arr.dtype.type not in _FLOAT_DTYPES:
