@@ -19,9 +19,10 @@ import traceback
 
 from mmjax.batching import progress
 from mmjax.jsonl import read_jsonl
+from mmjax.provenance import environment
 from mmjax.train import TrainingPreempted
 from reproduce import paths
-from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config
+from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config, clip_of
 from reproduce.curves import training_curves
 from reproduce.metrics import cell_arrays, cell_metrics
 
@@ -120,12 +121,12 @@ def _evaluate(config, workdir: str, params: str) -> dict:
 def check_clip_source(cells: list[Cell], clip_out: str) -> None:
     """Raises ValueError naming the file when a head of `cells` has no finished, exported CLIP cell of its seed in
     `clip_out` (`--clip-from`; restored records carry no export, so that grid's CLIP must have run here)."""
-    for seed in sorted({c.seed for c in cells if c.spec.needs_clip}):
-        clip_dir = os.path.join(clip_out, "cells", "clip", f"seed{seed}")
+    for clip in sorted({clip_of(c) for c in cells if c.spec.needs_clip}, key=lambda c: (c.name, c.seed)):
+        clip_dir = clip.workdir(clip_out)
         for name in ("cell.json", os.path.join("export", "export.json")):
             if not os.path.exists(os.path.join(clip_dir, name)):
-                raise ValueError(f"--clip-from {clip_out}: {os.path.join(clip_dir, name)} not found (run the clip cell "
-                                 f"of seed {seed} there first)")
+                raise ValueError(f"--clip-from {clip_out}: {os.path.join(clip_dir, name)} not found (run the "
+                                 f"{clip.name} cell of seed {clip.seed} there first)")
 
 
 def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code: dict | None = None,
@@ -171,6 +172,7 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
         "wall_s": {"train": t_train, "eval": t_eval, "total": t_train + t_eval},
         "load_avg_end": list(os.getloadavg()),  # 1/5/15-min load when the cell finished (shared-machine context)
         "machine": machine_description(),       # what the wall time was measured on
+        "environment": environment(),           # Python, platform and package versions (jax, flax, optax, ...)
         "code": {**launch_code, "at": "launch"},  # older records lack "at": theirs is the checkout at the cell's end
         **({"code_at_end": end_code} if end_code != launch_code else {}),
         "stability": training_stability(workdir),
@@ -225,7 +227,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
             if load_cell(cell, out) is not None:
                 status["skipped"].append(f"{cell.name}/seed{cell.seed}")
                 log(f"{tag}: finished earlier, skipped")
-            elif cell.spec.needs_clip and cell.seed in failed_clip:
+            elif cell.spec.needs_clip and clip_of(cell) in failed_clip:
                 status["failed"].append(f"{cell.name}/seed{cell.seed}")
                 log(f"{tag}: not run (its CLIP cell failed)")
             else:
@@ -242,8 +244,7 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
                     _write_json(os.path.join(cell.workdir(out), "cell_error.json"),
                                 {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
                     status["failed"].append(f"{cell.name}/seed{cell.seed}")
-                    if cell.name == "clip":
-                        failed_clip.add(cell.seed)
+                    failed_clip.add(cell)  # a head of this cell (if it is a CLIP) is not attempted
                     log(f"{tag}: FAILED after {time.perf_counter() - t0:.1f} s — {type(e).__name__}: {e}")
                 else:
                     w = record["wall_s"]

@@ -17,6 +17,7 @@ import os
 
 from mmjax.evaluation import registry
 from mmjax.evaluation.evaluators.base import EvalEnv, RunScoring
+from mmjax.provenance import environment
 
 DEFAULT_EVALS = {"retrieval": {"type": "retrieval"}}
 
@@ -78,8 +79,9 @@ def to_json(x):
 
 
 def write_results(results: dict, workdir: str) -> dict:
-    """`results.json` (every number) and `results.md` (the tables) in `workdir`; returns the JSON-able results."""
-    results = to_json(results)
+    """`results.json` (every number, and "environment": the package versions and platform they were computed with,
+    `mmjax.provenance.environment()`) and `results.md` (the tables) in `workdir`; returns the JSON-able results."""
+    results = to_json({**results, "environment": environment()})
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)

@@ -90,7 +90,7 @@ def test_records_without_curves_get_them_from_the_cell_directory(tmp_path):
 def _curved(name, seed, budget, val, drop_to=None):
     r = record(name, seed, converged_metrics(name, 400.0, 300.0), budget=budget)
     r["curves"] = {"train": {"step": [1, 2, 3], "loss/triplet": [0.3, 0.2, 0.4], "loss/total": [2.0, 1.0, 1.5],
-                             "loss/all_negative_weight": [0.0, 0.5, 1.0]},
+                             "loss/all_negative_weight": [1.0, 0.5, 0.0]},
                    "val": {"step": [2, 3], "val/rsum": [val, val if drop_to is None else drop_to]}}
     if budget != "default":  # the quick grid validated on the source ground truth only
         r["curves"]["val"]["val/semantic/rsum"] = [val + 50, val + 60]
