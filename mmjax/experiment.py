@@ -37,30 +37,45 @@ def scoring(config) -> dict:
     return {"similarity": loss.similarity, "similarity_kw": similarity_options(loss, config.get("matching"))}
 
 
+VALIDATION_TYPES = ("retrieval", "compositional")
+
+
 def validation_evals(config) -> dict:
     """The evaluators run every validation: `config.val_evals` when the config sets it (e.g. only the score the
-    checkpoint is selected on), else the config's retrieval evaluator(s) exactly as configured."""
-    evals = dict(config.get("val_evals") or config.get("evals") or DEFAULT_EVALS)
-    chosen = {k: v for k, v in evals.items() if dict(v).get("type", k) == "retrieval"}
-    if not chosen:
+    checkpoint is selected on, or a compositional suite whose accuracy selects it), else the config's retrieval
+    evaluator(s) exactly as configured. A retrieval evaluator comes first (its metrics are logged unprefixed)."""
+    explicit = config.get("val_evals")
+    evals = dict(explicit or config.get("evals") or DEFAULT_EVALS)
+    types = VALIDATION_TYPES if explicit else ("retrieval",)
+    chosen = {k: v for k, v in evals.items() if dict(v).get("type", k) in types}
+    retrieval = [k for k, v in chosen.items() if dict(v).get("type", k) == "retrieval"]
+    if not retrieval:
         raise ValueError("config.val_evals / config.evals has no 'retrieval' evaluator to validate with (set "
                          "config.train.eval_every=0 to train without validation)")
-    return chosen
+    return {k: chosen[k] for k in retrieval + [k for k in chosen if k not in retrieval]}
 
 
 def make_validator(config, task):
-    """validate(variables) -> flat metrics (`flat_metrics`): the inference score of the training similarity
-    (`mmjax.similarity.inference_kind`: top-k for MaxMatch) unprefixed; `train.select_metric` (default "rsum", e.g.
-    "semantic/rsum") picks the best checkpoint."""
+    """validate(variables) -> flat metrics: the retrieval evaluator's (`retrieval.flat_metrics`: the inference score
+    of the training similarity, `mmjax.similarity.inference_kind` — top-k for MaxMatch — unprefixed), and a
+    compositional evaluator's as "<name>/<suite>/<condition>" and "<name>/<mean>/<condition>"
+    (`compositional.flat_metrics`; then the validation builds the split's suites). `train.select_metric` (default
+    "rsum"; e.g. "semantic/rsum", "shapesworld_suites/binding_mean/real") picks the best checkpoint."""
+    from mmjax.evaluation.evaluators import compositional
     evals, score = validation_evals(config), scoring(config)
     split = config.data.get("val_split", "val")
     primary = inference_kind(score["similarity"]) if score.get("similarity") else None
+    retrieval_name = next(iter(evals))
+    suites = any(dict(v).get("type", k) == "compositional" for k, v in evals.items())
 
     def validate(variables):
-        context = task.eval_context(variables, split, suites=False)
+        context = task.eval_context(variables, split, suites=suites)
         results = run_evals(evals, context, **score)
-        name = next(iter(evals))
-        return flat_metrics(results[name], primary=primary)
+        out = flat_metrics(results[retrieval_name], primary=primary)
+        for name in evals:
+            if name != retrieval_name and name in results:  # compositional (skipped where the context has no suites)
+                out.update({f"{name}/{k}": v for k, v in compositional.flat_metrics(results[name]).items()})
+        return out
 
     return validate
 

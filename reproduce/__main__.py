@@ -1,4 +1,4 @@
-"""`python -m reproduce --budget {smoke,default,long,converged,converged_x2} --seeds N [--first-seed K] --out DIR
+"""`python -m reproduce --budget {smoke,default,long,converged,converged_x2,flowclip_pilot,flowclip} --seeds N [--first-seed K] --out DIR
 [--cells a,b] [--clip-from DIR_BASE] [--archive docs/reproduction/records] [--publish docs/reproduction.md]
 [--config-dir DIR_CONFIGS]`, or `python -m reproduce --report-only --archive docs/reproduction/records --out DIR
 [--publish docs/reproduction.md]`, run from the repository root (reproduce/README.md).
@@ -26,7 +26,8 @@ def parse_args(argv):
     p.add_argument("--budget", choices=BUDGETS, default="default",
                    help="smoke: tiny data, a few steps (CI); default: the configs' main-job budgets (the quick grid); "
                    "long: 5× the default training length (use with --cells); converged: the retrieval cells at the "
-                   "budget the MaxMatch claims are decided at; converged_x2: twice that (the budget check)")
+                   "budget the MaxMatch claims are decided at; converged_x2: twice that (the budget check); flowclip_pilot, "
+                   "flowclip: the Flow-CLIP study's cells (fcs_*; docs/reproduction/flowclip_protocol.md)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per cell (≥ 3 for verdicts at the default budget)")
     p.add_argument("--first-seed", type=int, default=0, help="first seed (the grid runs seeds K … K+N−1; e.g. a "
                    "one-seed long-budget grid on seed 2 of the default grid's CLIP)")

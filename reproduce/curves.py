@@ -18,7 +18,8 @@ from mmjax.jsonl import read_jsonl
 # Prefixes of the metrics.jsonl fields a record keeps as training curves: the loss terms, the validation RSUM (and its
 # semantic-ground-truth form, the converged budget's selection metric), and
 # for the Flow-CLIP heads the size of the local-branch score and the learned logit scale.
-CURVE_KEYS = ("loss/", "val/rsum", "val/semantic/rsum", "mean_abs_s_local", "logit_scale")
+SELECT_BINDING_VAL = "val/shapesworld_suites/binding_mean/real"   # the Flow-CLIP study heads' selection metric
+CURVE_KEYS = ("loss/", "val/rsum", "val/semantic/rsum", SELECT_BINDING_VAL, "mean_abs_s_local", "logit_scale")
 END_KEYS = ("mean_abs_s_local", "logit_scale")   # their values at the last logged step join the report's evidence
 
 

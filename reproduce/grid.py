@@ -11,6 +11,10 @@ stays as its base config has it, so the ablation cells differ only in the fields
     flowclip   the frozen ShapesWorld CLIP (`configs/clip_shapes.py`) and {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}
                heads on it; the heads of seed k use the CLIP of seed k (each seed replicates the whole pipeline) and
                share its feature cache
+    fcstudy    the Flow-CLIP study (docs/reproduction/flowclip_protocol.md): two frozen bases with a language prior
+               (P: the pixel ViT, R: region tokens; seed 0 only) and the four heads on each, selected on the
+               validation binding mean, every head seed on the base's seed 0; run by name (`--cells`) at the
+               'flowclip_pilot' and 'flowclip' budgets only
     knobs      claim cells with one reconstructed project default changed (`CellSpec.variant_of` names the cell,
                `CellSpec.knob` the change): GD + ISD with the hinge shape φ(x) = [x]_+ instead of exp(5x)
                (docs/design.md#gd-loss); the other reading of the source's GD/ISD numbers (reading B: δ = 0.8 for
@@ -45,7 +49,11 @@ from mmjax.similarity import inference_kind
 
 from reproduce import paths
 
-BUDGETS = ("smoke", "default", "long", "converged", "converged_x2")
+BUDGETS = ("smoke", "default", "long", "converged", "converged_x2", "flowclip_pilot", "flowclip")
+# The Flow-CLIP study (group 'fcstudy', docs/reproduction/flowclip_protocol.md): its bases and heads at the configs'
+# `select_binding,cpu` budget (the pilot: 5 head epochs), then the heads at the epochs the pilot sets.
+FLOWCLIP_STUDY_BUDGETS = ("flowclip_pilot", "flowclip")
+FLOWCLIP_HEAD_EPOCHS: int | None = None   # set from the pilot's validation curves, before the study's heads run
 LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or epochs), same cadence per epoch
 CONVERGED_EPOCHS = {"converged": 10, "converged_x2": 20}
 VALIDATIONS_PER_EPOCH = 2
@@ -56,7 +64,7 @@ COMMON_SCORES = ("maxmatch", "maxmatch_topk", "smooth_chamfer", "mil")
 SMOKE_STEPS = 4
 HARD_NEGATIVE_RAMP_EPOCHS = 1.0
 CONFIG_DIR = paths.CONFIG_DIR  # the repository's configs/ (`--config-dir` overrides it per run)
-GROUPS = ("ablation", "baselines", "flowclip", "knobs")
+GROUPS = ("ablation", "baselines", "flowclip", "knobs", "fcstudy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +79,9 @@ class CellSpec:
     needs_clip: bool = False
     variant_of: str = ""                # knobs: the claim cell this one stands in for, with `knob` changed
     knob: str = ""                      # knobs: the changed default, as the config field says it
+    clip_cell: str = "clip"             # heads: the CLIP cell they sit on
+    clip_seed: int | None = None        # heads: that cell's seed (None: the head's own seed)
+    only_seed: int | None = None        # a cell trained for this seed alone (a base its heads share)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +113,13 @@ _COSINE_UNITS = dict(score_units="cosine")            # margin and InfoNCE tempe
 _DELTA_08 = dict(delta_gd=0.8)                        # the source's other GD margin, project shape otherwise
 
 READING_B_KNOB = "loss.delta_gd=0.8, loss.delta_isd=0.8, loss.gd_isd_scale=0.5"
+FCSTUDY_PRIOR = "typical_order"   # the Flow-CLIP study's language prior (docs/reproduction/flowclip_protocol.md)
+
+
+def _prior(name: str):
+    def adjust(c):
+        c.data.language_prior = name
+    return adjust
 
 SPECS: tuple[CellSpec, ...] = (
     CellSpec("mil_divmmd", "ablation", "MIL, Div+MMD", "maxmatch_shapes", adjust=_loss(similarity="mil", **_DIV_MMD),
@@ -124,6 +142,14 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("globalm_cimr", "flowclip", "Global-M, HNB+CIMR", "flowclip_shapes", "globalm_cimr", needs_clip=True),
     CellSpec("flowclip_hnb", "flowclip", "Flow-CLIP, HNB", "flowclip_shapes", "flowclip_hnb", needs_clip=True),
     CellSpec("flowclip_cimr", "flowclip", "Flow-CLIP, HNB+CIMR", "flowclip_shapes", "flowclip_cimr", needs_clip=True),
+    *(CellSpec(f"fcs_base_{b}", "fcstudy", f"base {b} ({what}, {FCSTUDY_PRIOR} prior)", "clip_shapes",
+               "regions" if b == "R" else "", adjust=_prior(FCSTUDY_PRIOR), only_seed=0)
+      for b, what in (("P", "pixel ViT"), ("R", "region tokens"))),
+    *(CellSpec(f"fcs_{b}_{head}", "fcstudy", f"{label}, base {b}", "flowclip_shapes", f"{head},select_binding",
+               needs_clip=True, clip_cell=f"fcs_base_{b}", clip_seed=0)
+      for b in ("P", "R") for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
+                                              ("flowclip_hnb", "Flow-CLIP, HNB"),
+                                              ("flowclip_cimr", "Flow-CLIP, HNB+CIMR"))),
     CellSpec("sc_full_hinge", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (hinge)", "maxmatch_shapes",
              adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_HINGE), similarity="smooth_chamfer",
              variant_of="sc_full", knob="loss.gd_isd_shape='hinge'"),
@@ -150,6 +176,12 @@ SPECS: tuple[CellSpec, ...] = (
              variant_of="sh_full", knob="loss.delta_gd=0.8"),
 )
 SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+
+def clip_of(cell: Cell) -> Cell:
+    """The CLIP cell a head sits on: its `clip_cell` at `clip_seed` (or the head's own seed)."""
+    spec = cell.spec
+    return Cell(SPEC_BY_NAME[spec.clip_cell], cell.seed if spec.clip_seed is None else spec.clip_seed)
 
 
 def knob_variants() -> dict[str, dict[str, str]]:
@@ -195,7 +227,11 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
     spec = cell.spec
-    size = "smoke" if budget == "smoke" else "cpu" if spec.group == "flowclip" else ""
+    study = budget in FLOWCLIP_STUDY_BUDGETS
+    if (spec.group == "fcstudy") != study and budget != "smoke":
+        raise ValueError(f"cell {cell.name!r} ({spec.group}) does not run at the {budget!r} budget; the Flow-CLIP "
+                         f"study's cells run at {FLOWCLIP_STUDY_BUDGETS} (and smoke), the others not")
+    size = "smoke" if budget == "smoke" else "cpu" if spec.group in ("flowclip", "fcstudy") else ""
     variant = ",".join(p for p in (spec.variant, size) if p)
     c = load_config_module(spec.config_file, config_dir).get_config(variant)
     if spec.adjust is not None:
@@ -213,6 +249,14 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
         # Validation scores only what selects the checkpoint: the cell's inference score, whole val split.
         c.val_evals = {"retrieval": {"type": "retrieval", "kinds": (inference_kind(spec.similarity),),
                                      "fold_counts": (1,)}}
+    elif study:  # the configs' own budgets (`select_binding,cpu`: 5 epochs), the study's heads at the pilot's epochs
+        c.train.eval_every_epoch = True
+        if budget == "flowclip" and c.task == "flowclip_head":
+            if FLOWCLIP_HEAD_EPOCHS is None:
+                raise ValueError("the Flow-CLIP study's head budget is set by its pilot (--budget flowclip_pilot; "
+                                 "docs/reproduction/flowclip_protocol.md); reproduce/grid.py FLOWCLIP_HEAD_EPOCHS "
+                                 "is not set yet")
+            c.train.num_epochs = FLOWCLIP_HEAD_EPOCHS
     elif c.train.num_steps:  # a step budget (the Flow-CLIP heads' `cpu` variant) keeps its own validation cadence
         c.train.eval_every_epoch = False
         if budget == "long":
@@ -227,7 +271,7 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
         # one epoch after the VSE0 warm-up instead of at once, where the triplet-only Set Div recipe collapses.
         c.loss.hard_negative_ramp_epochs = HARD_NEGATIVE_RAMP_EPOCHS
     if spec.needs_clip:
-        clip_dir = Cell(SPEC_BY_NAME["clip"], cell.seed).workdir(clip_out or out)
+        clip_dir = clip_of(cell).workdir(clip_out or out)
         c.data.clip_workdir = os.path.abspath(clip_dir)
         c.data.cache_dir = os.path.abspath(os.path.join(clip_dir, "feature_cache"))
     return c
@@ -242,14 +286,16 @@ def make_grid(seeds: int, names=None, *, with_clip: bool = True, first_seed: int
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if first_seed < 0:
         raise ValueError(f"--first-seed must be >= 0, got {first_seed}")
-    names = list(names) if names else [s.name for s in SPECS]
+    names = list(names) if names else [s.name for s in SPECS if s.group != "fcstudy"]  # the study: by name
     unknown = [n for n in names if n not in SPEC_BY_NAME]
     if unknown:
         raise ValueError(f"unknown cell name(s) {unknown}; known: {sorted(SPEC_BY_NAME)}")
-    if with_clip and any(SPEC_BY_NAME[n].needs_clip for n in names) and "clip" not in names:
-        names.append("clip")  # the heads need their frozen base
+    if with_clip:  # the heads need their frozen base
+        names += [b for b in dict.fromkeys(SPEC_BY_NAME[n].clip_cell for n in names if SPEC_BY_NAME[n].needs_clip)
+                  if b not in names]
     order = [s for s in SPECS if s.name in names]
-    return [Cell(s, k) for k in range(first_seed, first_seed + seeds) for s in order]
+    return [Cell(s, k) for k in range(first_seed, first_seed + seeds) for s in order
+            if s.only_seed is None or s.only_seed == k]
 
 
 def budget_summary(config) -> dict:

@@ -13,7 +13,11 @@
     single/full, single/element<i>   single-element RSUM (the set-analysis score: the training similarity at the quick
                               budgets, the inference score at the converged ones); single_gap = full − min_i;
     single_sem/full, single_sem/element<i>   the same against the semantic ground truth
-    suite/<task>/<condition>  compositional accuracy (%) under Real / Shuffle / Fixed; suite/<task>/chance
+    suite/<task>/<condition>  compositional accuracy (%) under Real / Shuffle / Fixed; suite/<task>/chance;
+                              suite/<task>/blind, the text-only baseline's (`mmjax.evaluation.blind`), with
+                              blind/{train,holdout}_pair_accuracy of its fit
+    probe/<label>/{accuracy, majority, shuffled}, grounding/{accuracy, chance_uniform, chance_area}   a base's
+                              local probes (`mmjax.evaluation.local_probes`)
     binding_<condition>       mean accuracy over BINDING_SUITES (ShapesWorld's attribute-binding swaps: the stand-in
                               for the Flow-CLIP paper's five-task binding mean)
     aro_<condition>           mean accuracy over ARO_SUITES (relation, attribute binding, order — the stand-ins for
@@ -29,12 +33,13 @@ import math
 
 import numpy as np
 
+from mmjax.data.shapesworld.suites import SUITE_MEANS
 from mmjax.similarity import inference_kind
 
 RETRIEVAL_KEYS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 CONDITIONS = ("real", "shuffle", "fixed")
-BINDING_SUITES = ("binding", "binding_swap_obj", "binding_swap_size")
-ARO_SUITES = ("relation", "binding", "order")
+BINDING_SUITES = SUITE_MEANS["binding_mean"]
+ARO_SUITES = SUITE_MEANS["aro_mean"]
 PROTOCOL = "all"
 SEMANTIC = "semantic"
 
@@ -96,8 +101,13 @@ def _suites(res: dict) -> dict:
                 out[f"suite/{task}/{condition}"] = float(m["accuracy"])
                 if "chance" in m:
                     out[f"suite/{task}/chance"] = float(m["chance"])
+        for task, m in ((suite.get("blind") or {}).get("tasks") or {}).items():  # the text-only baseline
+            out[f"suite/{task}/blind"] = float(m["accuracy"])
+        if suite.get("blind_model"):
+            out["blind/holdout_pair_accuracy"] = float(suite["blind_model"]["holdout_pair_accuracy"])
+            out["blind/train_pair_accuracy"] = float(suite["blind_model"]["train_pair_accuracy"])
     for name, members in (("binding", BINDING_SUITES), ("aro", ARO_SUITES)):
-        for condition in CONDITIONS + ("chance",):
+        for condition in CONDITIONS + ("blind", "chance"):
             values = [out.get(f"suite/{t}/{condition}") for t in members]
             if all(v is not None for v in values):
                 out[f"{name}_{condition}"] = float(np.mean(values))
@@ -112,6 +122,17 @@ def cell_metrics(results: dict, similarity: str | None) -> dict:
     out = _retrieval(results["retrieval"], similarity)
     out.update(_set_analysis(results.get("set_analysis") or {}))
     out.update(_suites(results.get("shapesworld_suites") or {}))
+    out.update(_probes(results.get("local_probes") or {}))
+    return out
+
+
+def _probes(res: dict) -> dict:
+    """probe/<label>/{accuracy, majority, shuffled} and grounding/{accuracy, chance_uniform, chance_area} of a
+    base's local probes (`mmjax.evaluation.local_probes`)."""
+    out = {f"probe/{label}/{k}": float(v) for label, m in (res.get("probes") or {}).items()
+           for k, v in m.items() if k in ("accuracy", "majority", "shuffled") and v is not None}
+    out.update({f"grounding/{k}": float(v) for k, v in (res.get("grounding") or {}).items()
+                if k in ("accuracy", "chance_uniform", "chance_area") and v is not None})
     return out
 
 

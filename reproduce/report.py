@@ -22,12 +22,12 @@ import os
 import shutil
 
 from reproduce import claims as C
-from reproduce import figures, provenance, stats, tables
+from reproduce import figures, flowclip_study, provenance, stats, tables
 from reproduce.grid import COMMON_SCORES, knob_variants
 from reproduce.tables import score_label
 
 HEADLINE, CHECK, QUICK, LONG = "converged", "converged_x2", "default", "long"
-BUDGET_ORDER = ("converged", "converged_x2", "default", "long", "smoke")
+BUDGET_ORDER = ("converged", "converged_x2", "flowclip", "flowclip_pilot", "default", "long", "smoke")
 
 
 # ---- records --------------------------------------------------------------------------------------------------
@@ -150,6 +150,7 @@ def build_report(records: list[dict], *, command: str) -> dict:
                     f"1500 steps (seeds {', '.join(map(str, lr['result']['seeds']))}): {_delta(lr['result'])} "
                     f"{lr['result']['verdict']}")
     return {"command": command, "budgets": {b: len(rs) for b, rs in budgets.items()}, "cells": cells,
+            "fcstudy": flowclip_study.build(budgets),
             "aggregates": {b: tables.aggregate(rs) for b, rs in budgets.items()}, "rows": rows, "others": others,
             "quick": quick, "long_flowclip": long_flowclip, "records": records,
             "code": {**provenance.compare(provenance.commits_of(records)),
@@ -228,6 +229,7 @@ def render_markdown(report: dict) -> str:
     L += tables.sensitivity_section(report, table)
     L += tables.knob_section(report, table)
     L += tables.budget_check_section(report, table)
+    L += flowclip_study.section(report.get("fcstudy"), table)
     L += tables.quick_section(report, table, _claim_table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]

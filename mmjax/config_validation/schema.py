@@ -15,7 +15,7 @@ import dataclasses
 from mmjax import matching, similarity
 from mmjax.config_validation.rules import (BOOL, KAPPA, MAPPING, MESH, NAME, PAD_PENALTY, PROB, REGEX,
                                            SHARDING_RULE, STR, Choice, Each, Int, Num, pair)
-from mmjax.data.shapesworld.config import PRESET_SPLIT_SIZES, SPLIT_CODES, ShapesWorldConfig
+from mmjax.data.shapesworld.config import LANGUAGE_PRIORS, PRESET_SPLIT_SIZES, SPLIT_CODES, ShapesWorldConfig
 from mmjax.flowclip.options import METHODS as ALL_PAIRS_METHODS
 from mmjax.flowclip.options import POOLS as FLOWCLIP_POOLS
 from mmjax.losses import maxmatch_loss_config
@@ -121,7 +121,8 @@ SCHEMA = {
     "clip_pretrain": {
         **TRAINING,
         "data.name": Choice(("shapesworld",)), "data.preset": Choice(tuple(PRESET_SPLIT_SIZES)),
-        "data.val_split": Choice(SHAPESWORLD_SPLITS),
+        "data.val_split": Choice(SHAPESWORLD_SPLITS), "data.mode": Choice(("pixels", "regions")),
+        "data.language_prior": Choice(tuple(LANGUAGE_PRIORS)),
         # mmjax.models.factory.build_shapesworld_clip
         "model.width": Int(ge=1), "model.heads": Int(ge=1), "model.vision_layers": Int(ge=1),
         "model.text_layers": Int(ge=1), "model.image_size": Int(ge=1), "model.patch_size": Int(ge=1),
@@ -195,6 +196,18 @@ def _processes(c):
 def _warmup_steps(c):
     if 0 < c["train"]["num_steps"] < c["optim"]["warmup_steps"]:
         yield "optim.warmup_steps", f"must be <= train.num_steps = {c['train']['num_steps']}"
+
+
+NEGATIVE_TASKS = ("retrieval", "clip_pretrain", "flowclip_head")  # losses with in-batch negatives
+
+
+def _in_batch_negatives(c):
+    # mmjax.losses.ranking (triplet, InfoNCE) and the Flow-CLIP contrastive terms take their negatives from the
+    # other images of the batch: with one image per step there are none, and every such loss is 0 at every step.
+    if c["data"]["batch_size"] < 2:
+        yield "data.batch_size", ("must be >= 2: the losses of this task take their negatives from the other images "
+                                  "of the batch, so with one image per batch the triplet and InfoNCE losses are 0 "
+                                  "at every step and nothing is learned")
 
 
 def _enumerate_k(c):
@@ -272,6 +285,7 @@ CROSS_RULES = (
     (None, ("train.num_steps", "optim.warmup_steps"), _warmup_steps),
     (None, ("data.name",), _shapesworld_splits),
     (None, (), _eval_options),
+    *((task, ("data.batch_size",), _in_batch_negatives) for task in NEGATIVE_TASKS),
     ("retrieval", ("loss.solver", "loss.similarity", "model.set_head", "model.num_embeds"), _enumerate_k),
     ("retrieval", ("loss",), _loss_fields),
     ("retrieval", ("data.name", "model.text.tower", "model.image.tower"), _retrieval_towers),

@@ -77,12 +77,14 @@ def replacement_indices(records: Sequence, condition: str, *, seed: int = 0, tri
 
 def evaluate_with_controls(records: Sequence, score_fn: Callable, *, conditions: Sequence[str] = CONDITIONS,
                            seed: int = 0, tie_policy: dict | None = None, batch_size: int = 512,
-                           keep_scores: bool = False, **options) -> dict:
+                           keep_scores: bool = False, blind_score_fn: Callable | None = None, **options) -> dict:
     """Task and group accuracies under each condition, with chance levels.
 
     Returns {"conditions": {cond: {"tasks", "groups", "excluded": {task: count}}}, "chance": {task: percent},
     "table": printable text}; with `keep_scores`, each condition also holds "replacement" (int list) and
-    "per_record" scores (None where excluded) for recomputation.
+    "per_record" scores (None where excluded) for recomputation. With `blind_score_fn` (a text-only scorer,
+    `mmjax.evaluation.blind`), "blind" holds its accuracies on the same records (one column: it ignores the image,
+    so every condition gives it the same captions).
     """
     out = {"conditions": {}, "seed": seed}
     for cond in conditions:
@@ -96,6 +98,9 @@ def evaluate_with_controls(records: Sequence, score_fn: Callable, *, conditions:
             summary["replacement"] = [int(t) for t in target]
             summary["per_record"] = [None if s is None else [float(v) for v in s] for s in scores]
         out["conditions"][cond] = summary
+    if blind_score_fn is not None:
+        scores = score_records(records, blind_score_fn, batch_size=batch_size)
+        out["blind"] = summarize(records, scores, tie_policy=tie_policy, **options)
     first = next(iter(out["conditions"].values()))
     out["chance"] = {task: m["chance"] for task, m in first["tasks"].items()}
     # A group's chance is the mean of its members' (ARO 4-task mean: (50 + 50 + 20 + 20)/4 = 35%).
@@ -106,14 +111,18 @@ def evaluate_with_controls(records: Sequence, score_fn: Callable, *, conditions:
 
 
 def format_controls_table(result: dict) -> str:
-    """Markdown table: one row per task (and group), one column per condition, chance last."""
-    conds = list(result["conditions"])
-    tasks = sorted({t for c in conds for t in result["conditions"][c]["tasks"]})
-    groups = sorted({g for c in conds for g in result["conditions"][c]["groups"]})
+    """Markdown table: one row per task (and group), one column per condition, the blind (text-only) baseline when
+    the result has one, chance last."""
+    columns = {c: result["conditions"][c] for c in result["conditions"]}
+    if result.get("blind"):
+        columns["blind (text only)"] = result["blind"]
+    conds = list(columns)
+    tasks = sorted({t for c in conds for t in columns[c]["tasks"]})
+    groups = sorted({g for c in conds for g in columns[c]["groups"]})
     lines = ["| task | " + " | ".join(conds) + " | chance |", "|---" * (len(conds) + 2) + "|"]
 
     def cell(c, kind, name):
-        table = result["conditions"][c][kind]
+        table = columns[c][kind]
         value = table.get(name)
         if value is None:
             return "–"

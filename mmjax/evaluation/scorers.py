@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mmjax.batching import pad_rows
+from mmjax.data.tokenizers import check_texts
 from mmjax.normalize import unit_normalize
 from mmjax.similarity import block_similarity
 
@@ -83,6 +84,7 @@ class EmbeddingScorer:
     def __call__(self, image_sources: Sequence, captions: Sequence[str]) -> np.ndarray:
         if len(image_sources) != len(captions):
             raise ValueError(f"{len(image_sources)} images for {len(captions)} captions")
+        check_texts(captions)  # a NUL character: ValueError naming the caption's index p
         ikeys = [self.image_key(r) for r in image_sources]
         self._fill(self.image_cache, ikeys, list(image_sources), self.encode_images)
         self._fill(self.text_cache, list(captions), list(captions), self.encode_texts)
@@ -129,15 +131,17 @@ def set_pairs(kind: str, **kw) -> Callable:
 
 def shapesworld_suites_context(data: dict, encode_images: Callable, encode_texts: Callable, score: Callable, *,
                                mode: str = "pairs") -> dict:
-    """Compositional-evaluator context for a generated ShapesWorld split: {"records": its suites, "score_fn"}.
+    """Compositional-evaluator context for a generated ShapesWorld split: {"records": its suites, "score_fn",
+    "suite_means": the means over suites the claims read}.
 
     encode_images(image indices int [n]) and encode_texts(list of str) return embedding pytrees with a leading axis;
     `score` is the pair (or matrix, `mode='matrix'`) score of `EmbeddingScorer`. Records name their image by
     `meta['image_index']`, so the replacement controls can hand any record's image to the same captions.
     """
-    from mmjax.data.shapesworld.suites import build_suites
+    from mmjax.data.shapesworld.suites import SUITE_MEANS, build_suites
 
     def by_record(records):
         return encode_images(np.array([r.meta["image_index"] for r in records]))
 
-    return {"records": build_suites(data), "score_fn": EmbeddingScorer(by_record, encode_texts, score, mode=mode)}
+    return {"records": build_suites(data), "score_fn": EmbeddingScorer(by_record, encode_texts, score, mode=mode),
+            "suite_means": SUITE_MEANS}

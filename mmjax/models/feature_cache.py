@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from mmjax.batching import batched_apply
+from mmjax.data.tokenizers import check_texts
 from mmjax.jsonl import read_jsonl
 from mmjax.flowclip.options import DEFAULTS
 
@@ -187,6 +188,7 @@ def clip_encoders(model, params, tokenizer, *, batch_size: int = 64) -> tuple[Im
         return padded(image_fn, np.asarray(pixels, np.float32))
 
     def encode_text(strings: list[str]):
+        check_texts(strings)  # a NUL character: ValueError naming the text's index
         enc = tokenizer(strings, padding="max_length", max_length=context, truncation=True, return_tensors="np")
         ids = enc["input_ids"].astype(np.int32)
         if not np.all((ids == eot).any(1)):
@@ -239,6 +241,10 @@ class FeatureCache:
         idx = np.asarray(indices)
         return {"global": self._gather("txt_global", idx, dtype), "tokens": self._gather("txt_tokens", idx, dtype),
                 "valid": self._gather("txt_valid", idx, None)}
+
+    def texts_global(self, indices, dtype=np.float32) -> np.ndarray:
+        """[b, d]: the global features alone of texts `indices` (no token arrays read)."""
+        return self._gather("txt_global", np.asarray(indices), dtype)
 
     def records(self) -> list[dict[str, Any]]:
         path = os.path.join(self.directory, "records.jsonl")

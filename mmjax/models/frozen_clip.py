@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from mmjax.batching import batched_apply
+from mmjax.data.shapesworld.config import language_prior
 from mmjax.models.clip import CLIPConfig, CLIPModel
 from mmjax.models.region_clip import RegionCLIPModel
 from mmjax.models.feature_cache import write_feature_cache
@@ -60,7 +61,8 @@ class FrozenShapesWorldCLIP:
         self.mode = info.get("mode", "pixels")  # exports made before the region base are pixel CLIPs
         config = CLIPConfig.from_dict(info["clip_config"])
         model = CLIPModel(config) if self.mode == "pixels" else RegionCLIPModel(config)
-        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode=self.mode)
+        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode=self.mode,
+                                         **language_prior(info.get("language_prior", "none")))
         self.images = image_inputs(self.data, self.mode)  # what `encode_images` takes, row per image
         self.tokenizer = shapesworld.ShapesWorld(self.data["config"]).tokenizer()
         self.max_tokens = max_tokens

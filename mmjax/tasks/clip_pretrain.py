@@ -3,7 +3,9 @@
 
 The towers are `mmjax.models.clip.CLIPModel` (HF CLIP architecture: ViT with 8×8 patches on 64×64 pixels,
 `data.mode='pixels'`) or `mmjax.models.region_clip.RegionCLIPModel` (a transformer over the region vectors,
-`data.mode='regions'`), and a causal text transformer over the ShapesWorld word tokenizer, pooled at [SEP] (the tokenizer's end token plays CLIP's
+`data.mode='regions'`), and a causal text transformer over the ShapesWorld word tokenizer, on ShapesWorld with an
+optional language prior (`data.language_prior`, `mmjax.data.shapesworld.config.LANGUAGE_PRIORS`; recorded in the
+export so the heads on this CLIP see the same data), pooled at [SEP] (the tokenizer's end token plays CLIP's
 EOT; valid tokens are 1..eot−1 as for CLIP). Loss: symmetric multi-positive InfoNCE over logit_scale·cos with the
 5 captions of each image as its positives (`mmjax.losses.infonce_loss`), learnable temperature (init 0.07,
 clipped at 100). After training the parameters are exported (`mmjax.train.export`) and the model is frozen for
@@ -19,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mmjax.data.shapesworld.config import language_prior
 from mmjax.data.shapesworld.local_labels import patch_objects
 from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld, with_global_caption_image
@@ -41,8 +44,10 @@ class CLIPPretrainTask:
         self.config = config
         d = config.data
         self.mode = d.get("mode", "pixels")
-        train = shapesworld.generate("train", preset=d.preset, seed=d.seed, mode=self.mode)
-        val = shapesworld.generate(d.val_split, preset=d.preset, seed=d.seed, mode=self.mode)
+        self.prior = d.get("language_prior", "none")
+        world = dict(preset=d.preset, seed=d.seed, mode=self.mode, **language_prior(self.prior))
+        train = shapesworld.generate("train", **world)
+        val = shapesworld.generate(d.val_split, **world)
         self.train_data = train  # the local probes fit on the training split's tokens
         self.tokenizer = shapesworld.ShapesWorld(train["config"]).tokenizer()
         self.source_train = source_from_shapesworld(train, self.tokenizer)
@@ -65,7 +70,7 @@ class CLIPPretrainTask:
     def export_info(self) -> dict:
         return {"task": "clip_pretrain", "clip_config": dataclasses.asdict(self.clip_config),
                 "tokenizer": "shapesworld", "max_len": self.tokenizer.max_len, "preset": self.config.data.preset,
-                "seed": self.config.data.seed, "mode": self.mode}
+                "seed": self.config.data.seed, "mode": self.mode, "language_prior": self.prior}
 
     def _image_args(self, batch) -> tuple:
         if self.mode == "pixels":
@@ -109,7 +114,7 @@ class CLIPPretrainTask:
     def split_data(self, split):
         from mmjax.data import shapesworld
         d = self.config.data
-        data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode=self.mode)
+        data = shapesworld.generate(split, preset=d.preset, seed=d.seed, mode=self.mode, **language_prior(self.prior))
         return data, source_from_shapesworld(data, self.tokenizer)
 
     def _source_images(self, src):
@@ -117,6 +122,7 @@ class CLIPPretrainTask:
         return src.images if self.mode == "pixels" else pack_regions(src.images, src.image_mask)
 
     def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
+        from mmjax.evaluation.blind import shapesworld_training_pairs, subsample
         from mmjax.evaluation.scorers import cosine_pairs, shapesworld_suites_context
         if split == self.config.data.val_split:
             data, src, positives = None, self.source_val, self.val_positives
@@ -137,6 +143,12 @@ class CLIPPretrainTask:
                 return self.embed(variables, images[:1], enc.ids, enc.attention_mask)[1]
 
             context.update(shapesworld_suites_context(data, encode_images, encode_texts, cosine_pairs))
+            pos, neg = shapesworld_training_pairs(self.train_data)  # the pairs heads on this CLIP train against
+
+            def blind_pairs(max_pairs):
+                idx = subsample(len(pos), max_pairs, self.config.seed)
+                return encode_texts([pos[i] for i in idx]), encode_texts([neg[i] for i in idx])
+            context.update(blind_pairs=blind_pairs, blind_encode_texts=encode_texts)
             context["local_probe_inputs"] = self.local_probe_inputs(variables, data)
         return context
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from mmjax.data.cached_records import CachedRecordIterator
 from mmjax.data.shapesworld.suites import retrieval_positives
+from mmjax.evaluation.blind import subsample
 from mmjax.evaluation.scorers import pair_diagonal, shapesworld_suites_context
 from mmjax.evaluation.tiled import tiled_scores
 from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
@@ -34,6 +35,10 @@ def _frozen_clip(clip_workdir: str, split: str, max_tokens: int) -> FrozenShapes
     from mmjax.train.export import load_exported
     params, info = load_exported(clip_workdir)
     return FrozenShapesWorldCLIP(params, info, clip_workdir, split, max_tokens)
+
+
+# Evaluation splits: a validation on the suites reuses the split's generated data and frozen encoders.
+_eval_clip = functools.lru_cache(maxsize=2)(_frozen_clip)
 
 
 class FlowCLIPHeadTask:
@@ -125,6 +130,17 @@ class FlowCLIPHeadTask:
                            image_block=cache.num_images, text_block=self.config.eval_caption_chunk)
         return sim, np.array([r["image"] for r in records])
 
+    def _blind_inputs(self, clip: FrozenShapesWorldCLIP) -> dict:
+        """The blind baseline's inputs (`mmjax.evaluation.blind`): the frozen text globals of the training pairs the
+        heads see (read from the training cache) and of any caption (encoded by the frozen CLIP)."""
+        cache = self.caches["train"]
+        pairs = [(r["pos"], r["neg"]) for r in cache.records() if "neg" in r]
+
+        def blind_pairs(max_pairs):
+            idx = np.asarray(pairs, np.int64)[subsample(len(pairs), max_pairs, self.config.seed)]
+            return (cache.texts_global(idx[:, 0]), cache.texts_global(idx[:, 1]))
+        return {"blind_pairs": blind_pairs, "blind_encode_texts": lambda captions: clip.encode_texts(captions)["global"]}
+
     def eval_context(self, variables, split: str, *, suites: bool = True) -> dict:
         params = variables["params"]
         cache = self.caches.get(split) or self._cache(split)
@@ -132,10 +148,11 @@ class FlowCLIPHeadTask:
         context = {"similarity": sim, "caption_to_image": caption_to_image,
                    "score_name": "flowclip" if self.config.flowclip.use_local else "global_m"}
         if suites and self.config.data.name == "shapesworld":
-            clip = _frozen_clip(self.caches["train"].meta["clip_workdir"], split, self.options.max_tokens)
+            clip = _eval_clip(self.caches["train"].meta["clip_workdir"], split, self.options.max_tokens)
             context.update(shapesworld_suites_context(
                 clip.data, lambda idx: clip.encode_images(clip.images[idx]), clip.encode_texts,
                 lambda img, txt: self._score_diagonal(params, img, txt)))
+            context.update(self._blind_inputs(clip))
             n_caps = len(clip.data["captions"][0])
             if np.array_equal(caption_to_image, np.arange(sim.shape[1]) // n_caps):  # records in caption order
                 context["semantic_positives"] = retrieval_positives(clip.data)

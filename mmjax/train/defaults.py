@@ -132,8 +132,8 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = "clip_pretrain"
     c.seed = 0
-    c.data = dict(name="shapesworld", preset="default", seed=0, mode="pixels", val_split="val", batch_size=512,
-                  prefetch=2)
+    c.data = dict(name="shapesworld", preset="default", seed=0, mode="pixels", language_prior="none", val_split="val",
+                  batch_size=512, prefetch=2)
     c.model = dict(width=256, heads=4, vision_layers=4, text_layers=4, image_size=64, patch_size=8,
                    projection_dim=128, logit_scale_max=100.0)
     c.optim = optim_config(name="adamw", lr=5e-4, weight_decay=0.1, schedule="cosine", warmup_steps=500, clip_norm=1.0)
@@ -172,12 +172,15 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
 
     `variant`: comma-separated head (`FLOWCLIP_HEADS`: {Flow-CLIP, Global-M} × {HNB + CIMR, HNB}; default
     flowclip_cimr) and optionally `cpu` (the 2-core budget: batch 64, 300 steps) or `smoke` (the test size), e.g.
-    "globalm_hnb,smoke".
+    "globalm_hnb,smoke", and `select_binding` (docs/design.md#flowclip-selection: validated 4 times per epoch on the
+    validation split's suites under Real, the checkpoint selected on the binding mean, the claims' metric; with `cpu`
+    its training length is the epochs', not 300 steps).
     """
     parts = [p for p in (variant or "").split(",") if p]
-    unknown = [p for p in parts if p not in FLOWCLIP_HEADS and p not in ("smoke", "cpu")]
+    unknown = [p for p in parts if p not in FLOWCLIP_HEADS and p not in ("smoke", "cpu", "select_binding")]
     if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(FLOWCLIP_HEADS)}, 'cpu' and 'smoke'")
+        raise ValueError(f"unknown variant(s) {unknown}; known: {sorted(FLOWCLIP_HEADS)}, 'cpu', 'smoke' and "
+                         "'select_binding'")
     head = next((p for p in parts if p in FLOWCLIP_HEADS), "flowclip_cimr")
     c = ml_collections.ConfigDict()
     c.task = "flowclip_head"
@@ -199,8 +202,19 @@ def flowclip_head_config(variant: str = "") -> ml_collections.ConfigDict:
         # (≈ 19 000 captions) fit in minutes. Validation at the middle and the end.
         c.data.batch_size = 64
         c.train.update(num_epochs=0, num_steps=300, eval_every=150, checkpoint_every=150)
+    if "select_binding" in parts:
+        c.val_evals = {"retrieval": {"type": "retrieval"},
+                       "shapesworld_suites": {"type": "compositional", "conditions": ["real"], "blind": False}}
+        c.train.update(select_metric=SELECT_BINDING, eval_every_epoch=True, evals_per_epoch=4)
+        if "cpu" in parts:
+            c.train.update(num_epochs=5, num_steps=0, checkpoint_every=500)
     if "smoke" in parts:
         c.data.batch_size = 32
         c.eval_caption_chunk = 64
-        c.train.update(num_epochs=0, num_steps=4, log_every=2, eval_every=4, checkpoint_every=2, progress_every_s=0.0)
+        c.train.update(num_epochs=0, num_steps=4, log_every=2, eval_every=4, checkpoint_every=2, progress_every_s=0.0,
+                       eval_every_epoch=False)
     return c
+
+
+# The validation metric a `select_binding` head is selected on: the binding mean under Real on the validation split.
+SELECT_BINDING = "shapesworld_suites/binding_mean/real"

@@ -16,7 +16,7 @@ from reproduce import grid, metrics, runner
 from tests.reproduce.helpers import REPO, results
 
 ABLATION = [s.name for s in grid.SPECS if s.group == "ablation"]
-RETRIEVAL = [s.name for s in grid.SPECS if s.group != "flowclip"]
+RETRIEVAL = [s.name for s in grid.SPECS if s.group not in ("flowclip", "fcstudy")]
 
 
 def _flat(d, prefix=""):
@@ -33,7 +33,7 @@ def _configs(names, budget, tmp_path):
 # ---------------------------------------------------------------- grid
 
 
-@pytest.mark.parametrize("budget", grid.BUDGETS)
+@pytest.mark.parametrize("budget", [b for b in grid.BUDGETS if b not in grid.FLOWCLIP_STUDY_BUDGETS])
 def test_ablation_cells_differ_only_in_their_loss_fields(budget, tmp_path):
     """Loss fields, and what each cell is scored with: its own similarity in the test evaluation (and set analysis
     at the quick budgets), its inference score in validation (the converged budgets)."""

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from mmjax.jsonl import read_jsonl
 from tests.train.helpers import exported_leaves, run_python, train_cmd
 
 
@@ -68,6 +69,12 @@ def test_clip_then_flowclip_head_smoke(tmp_path):
     leaves = exported_leaves(head_dir)
     assert {k for k in leaves if k.endswith("['W']")}  # the ICER residual map was trained and exported
     _check_evaluate("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir, ("flowclip",))
+    for workdir in (clip_dir, head_dir):  # the blind (text-only) baseline beside every compositional table
+        suites = json.load(open(os.path.join(workdir, "results.json")))["shapesworld_suites"]
+        blind = next(iter(suites.values()))
+        assert blind["blind_model"]["n_train"] > 0 and 0 <= blind["blind_model"]["train_pair_accuracy"] <= 100
+        assert set(blind["blind"]["tasks"]) == set(blind["conditions"]["real"]["tasks"])
+        assert "blind (text only)" in open(os.path.join(workdir, "results.md")).read()
 
 
 @pytest.mark.slow
@@ -75,15 +82,23 @@ def test_region_token_base_then_a_head_on_it(tmp_path):
     """`configs/clip_shapes.py:regions`: the image tower reads region vectors; its local tokens (one per region
     slot) are what the local probes read and what a Flow-CLIP head's cache holds."""
     clip_dir, head_dir = str(tmp_path / "clip"), str(tmp_path / "head")
-    run_python(train_cmd("configs/clip_shapes.py:regions,smoke", clip_dir))
-    run_python(["evaluate.py", "--config=configs/clip_shapes.py:regions,smoke", f"--workdir={clip_dir}"])
+    prior = "--config.data.language_prior=typical_order"  # the export records it; the head's data follows
+    run_python(train_cmd("configs/clip_shapes.py:regions,smoke", clip_dir, prior))
+    run_python(["evaluate.py", "--config=configs/clip_shapes.py:regions,smoke", f"--workdir={clip_dir}", prior])
     probes = json.load(open(os.path.join(clip_dir, "results.json")))["local_probes"]
     assert probes["tokens_per_image"] == 10  # ShapesWorld's R region slots
     # Region vectors hold their object's colour linearly (by construction), so even a barely trained tower keeps it.
     assert probes["probes"]["colour"]["accuracy"] > probes["probes"]["colour"]["majority"] + 30
-    assert json.load(open(os.path.join(clip_dir, "export", "export.json")))["mode"] == "regions"
-    run_python(train_cmd("configs/flowclip_shapes.py:flowclip_cimr,smoke", head_dir,
+    export = json.load(open(os.path.join(clip_dir, "export", "export.json")))
+    assert (export["mode"], export["language_prior"]) == ("regions", "typical_order")
+    # a head selected on the claims' metric: the validation split's binding mean under Real
+    run_python(train_cmd("configs/flowclip_shapes.py:flowclip_cimr,select_binding,smoke", head_dir,
                          f"--config.data.clip_workdir={clip_dir}"))
     meta = json.load(open(os.path.join(head_dir, "feature_cache", "train", "meta.json")))
     assert meta["arrays"]["img_patches"]["shape"][1] == 10
+    val = [r for r in read_jsonl(os.path.join(head_dir, "metrics.jsonl")) if "val/rsum" in r]
+    key = "val/shapesworld_suites/binding_mean/real"
+    assert val and all(0 <= r[key] <= 100 and "val/shapesworld_suites/binding/real" in r for r in val)
+    best = json.load(open(os.path.join(head_dir, "export_best", "export.json")))
+    assert best["val_rsum"] == pytest.approx(max(r[key] for r in val))
     assert {k for k in exported_leaves(head_dir) if k.endswith("['W']")}

@@ -36,9 +36,31 @@ DEFAULT_HELDOUT = (
     ("red", "circle"), ("green", "square"), ("blue", "triangle"), ("yellow", "diamond"),
     ("purple", "cross"), ("cyan", "star"), ("orange", "circle"), ("gray", "square"),
 )
+# The language prior of `typical_colour_prob` > 0: each shape's typical colour (no held-out pair among them).
+TYPICAL_COLOUR = {"circle": "blue", "square": "yellow", "triangle": "purple", "diamond": "cyan", "cross": "orange",
+                  "star": "gray"}
 DEFAULT_TRAIN_NEG_TYPES = (
     ("swap_att", 0.3), ("swap_obj", 0.1), ("rel_flip", 0.2), ("replace_att", 0.2), ("replace_obj", 0.2),
 )
+ORDER_TRAIN_NEG_TYPES = DEFAULT_TRAIN_NEG_TYPES + tuple((f"order_{k}", 0.1) for k in (1, 2, 3, 4))
+# Named language priors (`language_prior(...)`): ShapesWorld overrides that give negatives a cue a text-only model can
+# learn. 'typical': skewed colour–shape co-occurrence (p = 0.8); 'order': word-order shuffles allowed as Flow-CLIP
+# training negatives (weight 0.4 of 1.4: ≈ 29 % of the records that have one; an ungrammatical caption is never true).
+LANGUAGE_PRIORS = {
+    "none": {},
+    "typical": {"typical_colour_prob": 0.8},
+    "order": {"train_negative_types": ORDER_TRAIN_NEG_TYPES},
+    "typical_order": {"typical_colour_prob": 0.8, "train_negative_types": ORDER_TRAIN_NEG_TYPES},
+}
+
+
+def language_prior(name: str) -> dict:
+    """The ShapesWorldConfig overrides of a named language prior (LANGUAGE_PRIORS)."""
+    if name not in LANGUAGE_PRIORS:
+        raise ValueError(f"language prior must be one of {sorted(LANGUAGE_PRIORS)}, got {name!r}")
+    return dict(LANGUAGE_PRIORS[name])
+
+
 PRESET_SPLIT_SIZES = {
     "default": (("train", 20_000), ("val", 1_000), ("test", 1_000)),
     "tiny": (("train", 512), ("val", 64), ("test", 64)),
@@ -66,6 +88,10 @@ class ShapesWorldConfig:
     order_retries: int = 10
     caption_type_weights: tuple[float, float, float] = (0.3, 0.3, 0.4)  # O, P, R for slots after the first three
     train_negative_types: tuple[tuple[str, float], ...] = DEFAULT_TRAIN_NEG_TYPES
+    # A language prior (0 = none): an object takes its shape's typical colour (TYPICAL_COLOUR) with this probability,
+    # else a uniform pair, in every split — so "a blue circle" is likelier true than "a red circle" before any image
+    # is seen, and an attribute swap usually yields an atypical pair (see LANGUAGE_PRIORS).
+    typical_colour_prob: float = 0.0
     exclude_heldout_in_train_negatives: bool = True
     split_sizes: tuple[tuple[str, int], ...] = PRESET_SPLIT_SIZES["default"]
     preset: str = "default"
@@ -109,8 +135,11 @@ class ShapesWorldConfig:
         for colour, shape in self.heldout_pairs:
             if colour not in COLOURS or shape not in SHAPES:
                 raise ValueError(f"shapesworld.heldout_pairs: unknown pair ({colour!r}, {shape!r})")
+        if not 0.0 <= self.typical_colour_prob <= 1.0:
+            raise ValueError(f"shapesworld.typical_colour_prob must be in [0, 1], got {self.typical_colour_prob}")
         for name, weight in self.train_negative_types:
-            if name not in NEG_TYPE_ID or name.startswith("order") or weight < 0:
+            # order types are off by default (the spec's weights) and on in the 'order' language priors
+            if name not in NEG_TYPE_ID or weight < 0:
                 raise ValueError(f"shapesworld.train_negative_types: invalid entry ({name!r}, {weight})")
         if self.num_regions < self.max_objects:
             raise ValueError(f"shapesworld.num_regions ({self.num_regions}) < max_objects ({self.max_objects})")

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from mmjax.data.shapesworld.config import COLOURS, SHAPES, SIZES, ShapesWorldConfig
+from mmjax.data.shapesworld.config import COLOURS, SHAPES, SIZES, TYPICAL_COLOUR, ShapesWorldConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,11 +68,16 @@ def sample_scene(rng: np.random.Generator, cfg: ShapesWorldConfig, split: str) -
                     break
         else:
             any_pair_allowed = forced >= 0  # unseen scene: the other objects take any pair
-            while True:
+            pair = None
+            # The language prior draws only when it is on, so the default stream (and every default scene) is unchanged.
+            if cfg.typical_colour_prob > 0 and rng.random() < cfg.typical_colour_prob:
+                shape = int(rng.integers(len(SHAPES)))
+                typical = (COLOURS.index(TYPICAL_COLOUR[SHAPES[shape]]), shape)
+                pair = typical if typical not in used else None  # a repeat falls back to a uniform pair
+            while pair is None:
                 pair = (int(rng.integers(len(COLOURS))), int(rng.integers(len(SHAPES))))
                 if pair in used or (not any_pair_allowed and pair in heldout_set):
-                    continue
-                break
+                    pair = None
         used.add(pair)
         colours.append(pair[0])
         shapes.append(pair[1])

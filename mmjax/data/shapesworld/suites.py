@@ -29,6 +29,10 @@ PAIR_TASKS = (
     ("replace_att", "replace_att"), ("replace_obj", "replace_obj"),
 )
 ORDER_TYPES = tuple(NEG_TYPE_ID[f"order_{k}"] for k in (1, 2, 3, 4))
+# Means over suites the Flow-CLIP claims read (the compositional evaluator reports them as "means"): the stand-in for
+# the paper's five-task binding mean (attribute-binding swaps), and for ARO's four tasks (relation, attribution, order).
+SUITE_MEANS = {"binding_mean": ("binding", "binding_swap_obj", "binding_swap_size"),
+               "aro_mean": ("relation", "binding", "order")}
 
 
 def build_suites(data: dict) -> dict[str, list[CompositionalRecord]]:

@@ -1,0 +1,278 @@
+"""The Flow-CLIP study's gates, budget and verdicts, exactly as docs/reproduction/flowclip_protocol.md declares them.
+
+    build(records_by_budget) -> {"pilot": ..., "gates": {base: ...}, "rows": [...], "controls": {base: ...}}
+    section(study, table) -> the report's Markdown lines
+
+Cells (`reproduce.grid`, group 'fcstudy'): `fcs_base_<B>` (the frozen base B ∈ {P, R}, seed 0) and `fcs_<B>_<head>`
+(head seeds 0–4 on it). Metrics per record are `reproduce.metrics.cell_metrics` of its best-on-validation parameters:
+`probe/<label>/*` and `grounding/*` (the base's local probes), `suite/<suite>/<condition|blind|chance>`,
+`binding_<condition>` (the binding mean) and `blind/holdout_pair_accuracy`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from reproduce import stats
+from reproduce.curves import SELECT_BINDING_VAL
+
+BASES = ("P", "R")
+HEADS = ("globalm_hnb", "globalm_cimr", "flowclip_hnb", "flowclip_cimr")
+PILOT_BASE = "R"
+PLATEAU_POINTS = 0.5      # the pilot's plateau: no later validation beats the best so far by more than this
+MAX_EPOCHS = 5
+PROBE_MARGIN = 20.0       # gate 1: probe accuracy ≥ majority rate + 20 points (colour, shape; cell for relation)
+GROUNDING_MARGIN = 10.0   # gate 1: word → token grounding ≥ area chance + 10 points
+BLIND_MARGIN = 5.0        # gate 2: a suite's blind accuracy ≥ chance + 5 points ...
+BLIND_HOLDOUT = 55.0      # ... and the blind model's held-out pair accuracy ≥ 55 %
+GAIN = 2.0                # FB/FR: the declared size of the gain (points)
+EQUIV_MARGIN = 1.0        # FC3: Real kept within ±1 point
+REMOVED_SHARE = 0.5       # FC1/FC2: CIMR removes at least half of the excess over chance
+CONTROL_SUITES = ("binding", "binding_swap_obj", "binding_swap_size", "relation", "relation_rel_swap", "replace_att",
+                  "replace_obj", "order")
+
+ROWS = (  # id, statement, (head a, head b), kind, quantity label
+    ("FB1", "binding gain, HNB + CIMR heads", ("globalm_cimr", "flowclip_cimr"), "gain", "binding mean, Real"),
+    ("FB2", "binding gain, HNB heads", ("globalm_hnb", "flowclip_hnb"), "gain", "binding mean, Real"),
+    ("FR1", "relation gain, HNB + CIMR heads", ("globalm_cimr", "flowclip_cimr"), "gain", "relation suite, Real"),
+    ("FC1", "CIMR removes Shuffle's excess over chance", ("flowclip_hnb", "flowclip_cimr"), "removed:shuffle",
+     "(a − b) − ½ (a − chance), Shuffle, prior-bearing suites"),
+    ("FC2", "CIMR removes Fixed's excess over chance", ("flowclip_hnb", "flowclip_cimr"), "removed:fixed",
+     "(a − b) − ½ (a − chance), Fixed, prior-bearing suites"),
+    ("FC3", "CIMR keeps matched-image accuracy", ("flowclip_hnb", "flowclip_cimr"), "kept",
+     "Real accuracy, prior-bearing suites, margin ±1"),
+)
+
+
+def head_cell(base: str, head: str) -> str:
+    return f"fcs_{base}_{head}"
+
+
+# ---- the pilot: the heads' budget ----------------------------------------------------------------------------------
+
+def plateau_epoch(steps, values, steps_per_epoch: float, max_epochs: int = MAX_EPOCHS) -> int:
+    """The smallest whole number of epochs E after which no validation beats the best up to E by more than
+    `PLATEAU_POINTS` (the protocol's budget rule for one head), capped at `max_epochs`."""
+    pts = [(s / steps_per_epoch, v) for s, v in zip(steps, values) if v is not None and math.isfinite(v)]
+    for e in range(1, max_epochs + 1):
+        before = [v for x, v in pts if x <= e + 1e-9]
+        after = [v for x, v in pts if x > e + 1e-9]
+        if before and (not after or max(after) - max(before) <= PLATEAU_POINTS):
+            return e
+    return max_epochs
+
+
+def pilot(records: list[dict]) -> dict:
+    """{"heads": {head: {"epoch", "best", "steps", "values"}}, "epochs": E} from the pilot's records (seed 0 of each
+    head on base `PILOT_BASE`); E = the largest of the heads' plateau epochs (None until all four have run)."""
+    heads = {}
+    for r in records:
+        head = r["name"].removeprefix(f"fcs_{PILOT_BASE}_")
+        val = (r.get("curves") or {}).get("val") or {}
+        if head not in HEADS or not val.get(SELECT_BINDING_VAL):
+            continue
+        epochs = r["budget_detail"]["num_epochs"]
+        per_epoch = max(val["step"]) / epochs if epochs else float("nan")
+        values = val[SELECT_BINDING_VAL]
+        heads[head] = {"epoch": plateau_epoch(val["step"], values, per_epoch), "steps": val["step"],
+                       "values": values, "steps_per_epoch": per_epoch,
+                       "best": max(v for v in values if v is not None)}
+    return {"heads": heads, "epochs": max(h["epoch"] for h in heads.values()) if len(heads) == len(HEADS) else None}
+
+
+# ---- gates -----------------------------------------------------------------------------------------------------
+
+def _mean(values):
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(vals)) if vals else None
+
+
+def gates(cells: dict, base: str) -> dict:
+    """Gate 1 (the base's probes) and gate 2 (the heads' blind columns) of one base."""
+    m = (cells.get(f"fcs_base_{base}") or {}).get(0)
+    out: dict = {"base_run": m is not None}
+    if m is not None:
+        probes = {k: (m.get(f"probe/{k}/accuracy"), m.get(f"probe/{k}/majority"))
+                  for k in ("colour", "shape", "size", "cell", "on_object")}
+        grounding = (m.get("grounding/accuracy"), m.get("grounding/chance_area"), m.get("grounding/chance_uniform"))
+        ok = {k: a is not None and b is not None and a >= b + PROBE_MARGIN for k, (a, b) in probes.items()}
+        g_ok = grounding[0] is not None and grounding[1] is not None and grounding[0] >= grounding[1] + GROUNDING_MARGIN
+        out.update(probes=probes, grounding=grounding, binding=ok["colour"] and ok["shape"] and g_ok,
+                   relation=ok["colour"] and ok["shape"] and g_ok and ok["cell"])
+    heads = [seeds for h in HEADS for seeds in [(cells.get(head_cell(base, h)) or {})] if seeds]
+    recs = [m for seeds in heads for m in seeds.values()]
+    blind = {s: (_mean(r.get(f"suite/{s}/blind") for r in recs), _mean(r.get(f"suite/{s}/chance") for r in recs))
+             for s in CONTROL_SUITES}
+    holdout = _mean(r.get("blind/holdout_pair_accuracy") for r in recs)
+    prior = [s for s, (b, c) in blind.items() if b is not None and c is not None and b >= c + BLIND_MARGIN]
+    out.update(blind=blind, holdout=holdout,
+               prior_suites=prior if holdout is not None and holdout >= BLIND_HOLDOUT else [])
+    return out
+
+
+def _gate_reason(g: dict, kind: str) -> str | None:
+    """Why a row is untestable on this base (None: its gate passes)."""
+    if kind in ("gain_binding", "gain_relation"):
+        if not g.get("base_run"):
+            return "the base has not run"
+        if not g[kind.split("_")[1]]:
+            p = g["probes"]
+            return ("local tokens lack the evidence: " + ", ".join(
+                f"{k} probe {a:.1f} vs majority {b:.1f}" for k, (a, b) in p.items()
+                if k in ("colour", "shape", "cell") and a is not None and b is not None)
+                + (f"; grounding {g['grounding'][0]:.1f} vs area chance {g['grounding'][1]:.1f}"
+                   if g["grounding"][0] is not None else ""))
+        return None
+    if not g["prior_suites"]:
+        if g["holdout"] is None:
+            return "no blind column yet"
+        return (f"no prior-bearing suite: blind held-out pair accuracy {g['holdout']:.1f} %, best suite margin "
+                + (f"{max((b - c for b, c in g['blind'].values() if b is not None and c is not None)):+.1f}"
+                   if any(b is not None for b, _ in g["blind"].values()) else "–") + " points over chance")
+    return None
+
+
+# ---- rows ------------------------------------------------------------------------------------------------------
+
+def _per_seed(cells, base, head, fn):
+    by_seed = cells.get(head_cell(base, head)) or {}
+    return {k: fn(m) for k, m in by_seed.items()}
+
+
+def _suite_mean(m, suites, cond):
+    return _mean(m.get(f"suite/{s}/{cond}") for s in suites) if all(m.get(f"suite/{s}/{cond}") is not None
+                                                                      for s in suites) else None
+
+
+def decide(cells: dict, base: str, row: tuple, g: dict) -> dict:
+    rid, _, (a, b), kind, _ = row
+    gate = "gain_relation" if rid == "FR1" else "gain_binding" if kind == "gain" else "prior"
+    reason = _gate_reason(g, gate)
+    if reason:
+        return {"verdict": "untestable", "why": reason}
+    suites = g["prior_suites"]
+    if kind == "gain":
+        key = "suite/relation/real" if rid == "FR1" else "binding_real"
+        fa, fb = (_per_seed(cells, base, h, lambda m: m.get(key)) for h in (a, b))
+    elif kind == "kept":
+        fa, fb = (_per_seed(cells, base, h, lambda m: _suite_mean(m, suites, "real")) for h in (a, b))
+    else:
+        cond = kind.split(":")[1]
+        fa, fb = (_per_seed(cells, base, h, lambda m: _suite_mean(m, suites, cond)) for h in (a, b))
+        chance = _per_seed(cells, base, a, lambda m: _suite_mean(m, suites, "chance"))
+    seeds = sorted(set(fa) & set(fb))
+    if not seeds:
+        return {"verdict": "missing", "why": "heads not run yet: " + ", ".join(
+            head_cell(base, h) for h, f in ((a, fa), (b, fb)) if not f)}
+    va, vb = [fa[k] for k in seeds], [fb[k] for k in seeds]
+    out = {"seeds": seeds, "means": [_mean(va), _mean(vb)]}
+    if kind.startswith("removed"):
+        d = [None if x is None or y is None or chance[k] is None else (x - y) - REMOVED_SHARE * (x - chance[k])
+             for k, x, y in zip(seeds, va, vb)]
+        test = stats.one_sample_test(d)
+        verdict = stats.verdict(test, "increase")
+        out["excess_hnb"] = _mean(x - chance[k] for k, x in zip(seeds, va) if x is not None and chance[k] is not None)
+    else:
+        test = stats.paired_test(va, vb)
+        verdict = stats.verdict(test, "equal" if kind == "kept" else "increase",
+                                margin=EQUIV_MARGIN if kind == "kept" else None)
+        if kind == "gain" and verdict == "reproduced" and test.delta < GAIN:
+            verdict, out["why"] = "not reproduced", f"a real gain, below the declared +{GAIN:g}"
+    out["verdict"] = verdict
+    if test is not None:
+        level = 2 * test.alpha if kind == "kept" else test.alpha
+        out.update(delta=test.delta, ci=list(test.interval(level)), t=test.t, df=test.df, n=test.n[0],
+                   p=stats.tost_p(test, EQUIV_MARGIN) if kind == "kept" else test.p)
+    else:
+        out["delta"] = _mean(y - x for x, y in zip(va, vb) if x is not None and y is not None)
+    return out
+
+
+def controls(cells: dict, base: str, suites) -> dict:
+    """{head: {suite: {condition: summary}}} of the Flow-CLIP heads on the control suites, for the direction check."""
+    from reproduce.metrics import summarize
+    return {h: {s: {c: summarize(m.get(f"suite/{s}/{c}") for m in (cells.get(head_cell(base, h)) or {}).values())
+                    for c in ("real", "shuffle", "fixed")} for s in suites}
+            for h in ("flowclip_hnb", "flowclip_cimr")}
+
+
+def build(budgets: dict) -> dict | None:
+    """The study's results from the records by budget ({budget: [records]}); None when it has no records."""
+    from reproduce.report import seed_metrics
+    if not budgets.get("flowclip") and not budgets.get("flowclip_pilot"):
+        return None
+    cells = seed_metrics(budgets.get("flowclip") or [])
+    out = {"pilot": pilot(budgets.get("flowclip_pilot") or []), "gates": {}, "rows": [], "controls": {}}
+    for base in BASES:
+        g = out["gates"][base] = gates(cells, base)
+        for row in ROWS:
+            out["rows"].append({"id": row[0], "base": base, "statement": row[1], "heads": row[2],
+                                "quantity": row[4], "result": decide(cells, base, row, g)})
+        out["controls"][base] = controls(cells, base, g["prior_suites"])
+    return out
+
+
+# ---- the report section ----------------------------------------------------------------------------------------
+
+def _f(v, fmt="{:.2f}"):
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
+
+
+def section(study: dict | None, table) -> list[str]:
+    L = ["## Flow-CLIP study (protocol: [docs/reproduction/flowclip_protocol.md](reproduction/flowclip_protocol.md))",
+         ""]
+    if study is None:
+        return L + ["No records yet: the study's bases, pilot and heads have not run (`--budget flowclip_pilot`, "
+                    "`--budget flowclip`, cells `fcs_*`; reproduce/README.md).", ""]
+    p = study["pilot"]
+    L += [f"**Pilot** (seed 0 of each head on base {PILOT_BASE}, 5 epochs, validation binding mean under Real): "
+          + (f"budget E = {p['epochs']} epoch(s)." if p["epochs"] is not None else
+             f"{len(p['heads'])} of {len(HEADS)} heads run; the budget is not set yet."), ""]
+    if p["heads"]:
+        L += table(["head", "plateau epoch", "best validation binding mean", "validations"],
+                   [[h, v["epoch"], _f(v["best"]), len(v["values"])] for h, v in p["heads"].items()])
+        L += [""]
+    L += ["**Gate 1 — what the bases' local tokens carry** (test-split probes; accuracy vs majority rate; "
+          f"a label passes at majority + {PROBE_MARGIN:g}, grounding at area chance + {GROUNDING_MARGIN:g})", ""]
+    rows = []
+    for b, g in study["gates"].items():
+        if not g.get("base_run"):
+            rows.append([b, *["–"] * 6, "not run"])
+            continue
+        pr, gr = g["probes"], g["grounding"]
+        rows.append([b, *(f"{_f(a)} vs {_f(m)}" for a, m in (pr[k] for k in ("colour", "shape", "size", "cell"))),
+                     f"{_f(gr[0])} vs {_f(gr[1])} (uniform {_f(gr[2])})",
+                     "yes" if g["binding"] else "no", "yes" if g["relation"] else "no"])
+    L += table(["base", "colour", "shape", "size", "cell", "grounding vs area chance", "binding gate",
+                "relation gate"], rows) + [""]
+    L += ["**Gate 2 — where a language prior exists** (blind text-only baseline on the heads' test tables, mean over "
+          f"the base's heads; a suite is prior-bearing at chance + {BLIND_MARGIN:g} with held-out pair accuracy ≥ "
+          f"{BLIND_HOLDOUT:g} %)", ""]
+    L += table(["base", "held-out pair acc.", *CONTROL_SUITES],
+               [[b, _f(g["holdout"]), *(f"{_f(g['blind'][s][0])} / {_f(g['blind'][s][1], '{:.0f}')}"
+                                        + (" ✓" if s in g["prior_suites"] else "") for s in CONTROL_SUITES)]
+                for b, g in study["gates"].items()]) + ["", "(cells: blind / chance, ✓ prior-bearing)", ""]
+    L += ["**Rows** (paired by head seed on one base; one look at α = 0.05; FC3's interval at 90 %)", ""]
+    body = []
+    for r in study["rows"]:
+        res = r["result"]
+        test = ("–" if res.get("t") is None else
+                f"t = {res['t']:.2f}, ν = {res['df']:.0f}, {'TOST p' if r['id'] == 'FC3' else 'p'} = {res['p']:.3g} "
+                f"(n = {res['n']})")
+        ci = "–" if res.get("ci") is None else f"[{res['ci'][0]:+.2f}, {res['ci'][1]:+.2f}]"
+        body.append([r["id"], r["base"], r["statement"], f"{r['heads'][0]} → {r['heads'][1]}", r["quantity"],
+                     _f(res.get("delta"), "{:+.2f}"), ci, test, f"**{res['verdict']}**", res.get("why", "–")])
+    L += table(["id", "base", "statement", "heads", "quantity", "Δ̄", "CI", "test", "verdict", "why"], body) + [""]
+    for b, by_head in study["controls"].items():
+        suites = study["gates"][b]["prior_suites"]
+        if not suites:
+            continue
+        L += [f"**Controls on base {b}'s prior-bearing suites** (accuracy %, mean ± std over head seeds; blind and "
+              "chance beside)", ""]
+        L += table(["suite", "head", "Real", "Shuffle", "Fixed", "blind", "chance"],
+                   [[s, h, *(f"{_f(v[c]['mean'])} ± {_f(v[c]['std'])}" for c in ("real", "shuffle", "fixed")),
+                     _f(study["gates"][b]["blind"][s][0]), _f(study["gates"][b]["blind"][s][1], "{:.0f}")]
+                    for s in suites for h, by_suite in by_head.items() for v in [by_suite[s]]]) + [""]
+    return L

@@ -1,0 +1,163 @@
+"""The Flow-CLIP study's gates, pilot budget and verdicts (`reproduce.flowclip_study`) on hand-made records, against
+scipy's paired and one-sample t-tests and the rules of docs/reproduction/flowclip_protocol.md."""
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+from reproduce import flowclip_study as FS
+from reproduce import grid, report
+from tests.reproduce.helpers import assert_tables_are_rectangular
+
+SEEDS = range(5)
+NOISE = (0.3, -0.2, 0.1, -0.4, 0.2)
+
+
+def _base(colour=(90.0, 20.0), shape=(80.0, 20.0), cell=(60.0, 15.0), grounding=(40.0, 15.0)):
+    m = {}
+    for label, (acc, maj) in (("colour", colour), ("shape", shape), ("size", (70.0, 50.0)), ("cell", cell),
+                              ("on_object", (90.0, 60.0))):
+        m.update({f"probe/{label}/accuracy": acc, f"probe/{label}/majority": maj, f"probe/{label}/shuffled": maj})
+    m.update({"grounding/accuracy": grounding[0], "grounding/chance_area": grounding[1],
+              "grounding/chance_uniform": 10.0})
+    return m
+
+
+def _head(k, *, binding=70.0, relation=60.0, real=80.0, shuffle=70.0, fixed=68.0, blind=None, holdout=60.0):
+    """One head seed's metrics: every control suite at (real, shuffle, fixed), chance 50 (order 20)."""
+    blind = blind or {"binding": 62.0}
+    m = {"binding_real": binding + NOISE[k], "blind/holdout_pair_accuracy": holdout}
+    for s in FS.CONTROL_SUITES:
+        chance = 20.0 if s == "order" else 50.0
+        m.update({f"suite/{s}/real": real + NOISE[k], f"suite/{s}/shuffle": shuffle + NOISE[k],
+                  f"suite/{s}/fixed": fixed - NOISE[k], f"suite/{s}/chance": chance,
+                  f"suite/{s}/blind": blind.get(s, chance + 1.0)})
+    m["suite/relation/real"] = relation + NOISE[k]
+    return m
+
+
+def _record(name, seed, metrics, budget="flowclip", curves=None, epochs=5):
+    return {"budget": budget, "name": name, "seed": seed, "metrics": {"best": metrics, "final": metrics},
+            "budget_detail": {"num_epochs": epochs}, **({"curves": curves} if curves else {})}
+
+
+def _study(base_kw=None, heads=None):
+    recs = [_record(f"fcs_base_{b}", 0, _base(**(base_kw or {}))) for b in FS.BASES]
+    for b in FS.BASES:
+        for h in FS.HEADS:
+            kw = (heads or {}).get(h, {})
+            recs += [_record(FS.head_cell(b, h), k, _head(k, **kw)) for k in SEEDS]
+    return report.by_budget(recs)
+
+
+def test_plateau_epoch_is_the_first_epoch_no_later_validation_beats_by_more_than_half_a_point():
+    steps = [25 * i for i in range(1, 21)]          # 4 validations per epoch of 100 steps, 5 epochs
+    rising = [50 + 2 * i for i in range(20)]
+    flat_after_2 = [50 + 4 * min(i, 7) + 0.3 * (i % 2) for i in range(20)]
+    assert FS.plateau_epoch(steps, rising, 100) == 5
+    assert FS.plateau_epoch(steps, flat_after_2, 100) == 2
+    assert FS.plateau_epoch(steps, [60.0] * 20, 100) == 1
+    # brute force on a noisy curve: the rule, epoch by epoch
+    v = list(np.random.default_rng(0).normal(60, 1, 20))
+    ref = next((e for e in range(1, 6) if max(v[4 * e:] or [-1e9]) - max(v[:4 * e]) <= 0.5), 5)
+    assert FS.plateau_epoch(steps, v, 100) == ref
+
+
+def test_the_pilot_sets_the_budget_only_when_all_four_heads_ran():
+    steps = [25 * i for i in range(1, 21)]
+    curves = {"val": {"step": steps, FS.SELECT_BINDING_VAL: [50 + 4 * min(i, 11) for i in range(20)]}}
+    recs = [_record(FS.head_cell("R", h), 0, {}, "flowclip_pilot", curves) for h in FS.HEADS]
+    assert FS.pilot(recs[:3])["epochs"] is None
+    p = FS.pilot(recs)
+    assert p["epochs"] == 3 and set(p["heads"]) == set(FS.HEADS) and p["heads"]["globalm_hnb"]["best"] == 94.0
+
+
+def test_gates_follow_the_declared_margins():
+    study = FS.build(_study())
+    g = study["gates"]["P"]
+    assert g["binding"] and g["relation"] and g["prior_suites"] == ["binding"]
+    weak = FS.build(_study(base_kw={"colour": (35.0, 20.0), "cell": (30.0, 15.0)}))["gates"]["R"]
+    assert not weak["binding"] and not weak["relation"]
+    no_cell = FS.build(_study(base_kw={"cell": (34.0, 15.0)}))["gates"]["P"]
+    assert no_cell["binding"] and not no_cell["relation"]
+    unsure = FS.build(_study(heads={h: {"holdout": 54.0} for h in FS.HEADS}))["gates"]["P"]
+    assert unsure["prior_suites"] == []      # a blind model that does not generalise bears no prior
+
+
+def _row(study, rid, base="R"):
+    return next(r for r in study["rows"] if r["id"] == rid and r["base"] == base)["result"]
+
+
+def test_gain_rows_against_scipy_and_the_declared_size():
+    study = FS.build(_study(heads={"flowclip_cimr": {"binding": 73.0, "relation": 61.0},
+                                   "flowclip_hnb": {"binding": 73.0}}))
+    fb1 = _row(study, "FB1")
+    # the same noise on both sides: the differences have zero spread, so no test — but Δ̄ is still shown
+    assert fb1["verdict"] == "inconclusive" and fb1["delta"] == pytest.approx(3.0)
+    a = [70.0 + n for n in NOISE]
+    recs = _study(heads={"flowclip_cimr": {"binding": 73.0, "relation": 61.0}})
+    for r in recs["flowclip"]:
+        if r["name"] == "fcs_R_flowclip_cimr":
+            r["metrics"]["best"]["binding_real"] += 0.5 * (-1) ** r["seed"]
+            r["metrics"]["best"]["suite/relation/real"] += 0.5 * (-1) ** r["seed"]
+    study = FS.build(recs)
+    fb1, fr1 = _row(study, "FB1"), _row(study, "FR1")
+    b = [73.0 + n + 0.5 * (-1) ** k for k, n in enumerate(NOISE)]
+    ref = st.ttest_rel(b, a)
+    assert fb1["delta"] == pytest.approx(np.mean(np.subtract(b, a)))
+    assert fb1["t"] == pytest.approx(ref.statistic) and fb1["p"] == pytest.approx(ref.pvalue)
+    assert fb1["df"] == 4 and fb1["verdict"] == "reproduced"
+    # FR1: a significant +1 gain is real but below the declared +2: not reproduced, and says why
+    assert fr1["verdict"] == "not reproduced" and "below the declared +2" in fr1["why"]
+
+
+def test_untestable_rows_name_the_measured_reason():
+    study = FS.build(_study(base_kw={"colour": (35.0, 20.0)}, heads={h: {"holdout": 50.0} for h in FS.HEADS}))
+    fb1, fc1 = _row(study, "FB1"), _row(study, "FC1")
+    assert fb1["verdict"] == "untestable" and "colour probe 35.0 vs majority 20.0" in fb1["why"]
+    assert fc1["verdict"] == "untestable" and "held-out pair accuracy 50.0 %" in fc1["why"]
+
+
+def test_cimr_rows_remove_half_the_excess_and_keep_real():
+    # HNB Shuffle 70 (excess 20 over chance 50); CIMR 55 removes 15 ≥ 10: reproduced; CIMR 65 removes 5: reversed
+    def study(cimr_shuffle):
+        recs = _study(heads={"flowclip_hnb": {"shuffle": 70.0}, "flowclip_cimr": {"shuffle": cimr_shuffle}})
+        for r in recs["flowclip"]:
+            if r["name"].endswith("flowclip_cimr"):
+                r["metrics"]["best"]["suite/binding/shuffle"] += 0.5 * (-1) ** r["seed"]
+                r["metrics"]["best"]["suite/binding/real"] += 0.2 * (-1) ** r["seed"]
+        return FS.build(recs)
+    good, bad = _row(study(55.0), "FC1"), _row(study(65.0), "FC1")
+    d = [(70.0 + n) - (55.0 + n + 0.5 * (-1) ** k) - 0.5 * (70.0 + n - 50.0) for k, n in enumerate(NOISE)]
+    ref = st.ttest_1samp(d, 0.0)
+    assert good["delta"] == pytest.approx(np.mean(d)) and good["p"] == pytest.approx(ref.pvalue)
+    assert good["verdict"] == "reproduced" and bad["verdict"] == "reversed"
+    kept = _row(study(55.0), "FC3")   # Real differs by ±0.2 around 0: inside ±1 at 90 %
+    assert kept["verdict"] == "reproduced" and kept["ci"][0] > -1 and kept["ci"][1] < 1 and kept["p"] < 0.05
+
+
+def test_missing_heads_and_the_report_section():
+    recs = _study()
+    recs["flowclip"] = [r for r in recs["flowclip"] if r["name"] != "fcs_P_flowclip_cimr"]
+    study = FS.build(recs)
+    assert _row(study, "FB1", "P")["verdict"] == "missing" and "fcs_P_flowclip_cimr" in _row(study, "FB1", "P")["why"]
+    lines = FS.section(study, report.tables.markdown_table)
+    text = "\n".join(lines)
+    assert "**Gate 1" in text and "**Gate 2" in text and "| FB1 | P |" in text
+    assert_tables_are_rectangular(text)
+    assert FS.build({}) is None and "No records yet" in "\n".join(FS.section(None, report.tables.markdown_table))
+
+
+def test_the_grid_has_the_study_cells_on_one_base_seed():
+    cells = grid.make_grid(5, ["fcs_R_flowclip_cimr"])
+    assert [(c.name, c.seed) for c in cells][:2] == [("fcs_base_R", 0), ("fcs_R_flowclip_cimr", 0)]
+    assert {grid.clip_of(c).seed for c in cells if c.spec.needs_clip} == {0}
+    assert not any(c.spec.group == "fcstudy" for c in grid.make_grid(1))
+    cfg = grid.build_config(cells[-1], "flowclip_pilot", "/tmp/out")
+    assert cfg.train.select_metric == "shapesworld_suites/binding_mean/real" and cfg.train.num_epochs == 5
+    assert cfg.data.clip_workdir.endswith("cells/fcs_base_R/seed0")
+    assert grid.build_config(cells[0], "flowclip_pilot", "/tmp/out").data.language_prior == grid.FCSTUDY_PRIOR
+    with pytest.raises(ValueError, match="set by its pilot"):
+        grid.build_config(cells[-1], "flowclip", "/tmp/out")
+    with pytest.raises(ValueError, match="does not run at the 'default' budget"):
+        grid.build_config(cells[-1], "default", "/tmp/out")
