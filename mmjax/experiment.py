@@ -26,6 +26,7 @@ from mmjax.similarity import inference_kind
 from mmjax.tasks import build_task
 from mmjax.train.export import load_exported
 from mmjax.train.loop import train
+from mmjax.train.model_card import write_model_card
 
 
 def scoring(config) -> dict:
@@ -129,12 +130,27 @@ def evaluate(config, workdir: str, *, split: str | None = None, task=None, verbo
         header.update(params=params, step=info.get("step"))
     results = write_results({**header, **results}, out_dir)  # the numbers first, then the curves plot
     results = add_training_curves(results, os.path.join(workdir, "metrics.jsonl"), plot_dir, out_dir)
+    if not config.get("pretrained"):
+        _refresh_model_card(os.path.join(workdir, "export" if params == "final" else "export_best"), info, header,
+                            out_dir)
     if verbose:
         print(f"\nResults ({split}, {params} parameters) — {os.path.join(out_dir, 'results.json')}\n")
         print(open(os.path.join(out_dir, "results.md")).read())
         for name, path in results.get("figures", {}).items():
             print(f"plot ({name}): {path}")
     return results
+
+
+def _refresh_model_card(export_dir: str, info: dict, header: dict, out_dir: str) -> None:
+    """The evaluated export's model_card.md written again with the tables of results.md (`mmjax.train.model_card`);
+    a card that cannot be written is reported, never fatal (the results are on disk)."""
+    try:
+        with open(os.path.join(out_dir, "results.md"), encoding="utf-8") as f:
+            tables = f.read()
+        write_model_card(export_dir, info, {**header, "tables": tables,
+                                            "results_path": os.path.abspath(os.path.join(out_dir, "results.json"))})
+    except OSError as e:
+        print(f"[evaluate] model card of {export_dir} not refreshed: {e}", flush=True)
 
 
 def _pretrained_context(config, workdir: str) -> dict:

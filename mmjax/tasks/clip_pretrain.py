@@ -30,6 +30,7 @@ from mmjax.batching import batched_apply
 from mmjax.normalize import unit_normalize
 from mmjax.models.factory import build_shapesworld_clip
 from mmjax.models.frozen_clip import encode_image, image_inputs, normalise_pixels, pack_regions
+from mmjax.train.export import full_config, tokenizer_spec
 from mmjax.train.task import select_keys, single_phase
 
 
@@ -70,7 +71,8 @@ class CLIPPretrainTask:
     def export_info(self) -> dict:
         return {"task": "clip_pretrain", "clip_config": dataclasses.asdict(self.clip_config),
                 "tokenizer": "shapesworld", "max_len": self.tokenizer.max_len, "preset": self.config.data.preset,
-                "seed": self.config.data.seed, "mode": self.mode, "language_prior": self.prior}
+                "seed": self.config.data.seed, "mode": self.mode, "language_prior": self.prior,
+                "full_config": full_config(self.config), "tokenizer_spec": tokenizer_spec(self.tokenizer)}
 
     def _image_args(self, batch) -> tuple:
         if self.mode == "pixels":

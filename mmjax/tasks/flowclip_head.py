@@ -28,6 +28,7 @@ from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
 from mmjax.models.feature_cache import FeatureCache
 from mmjax.models.flowclip_head import FlowCLIPHead
 from mmjax.models.frozen_clip import FrozenShapesWorldCLIP, write_shapesworld_cache
+from mmjax.train.export import full_config
 from mmjax.train.task import select_keys, single_phase
 
 
@@ -84,7 +85,16 @@ class FlowCLIPHeadTask:
         return single_phase()
 
     def export_info(self) -> dict:
-        return {"task": "flowclip_head", "dim": self.dim, "flowclip": self.options.to_dict()}
+        """The head's options and, so the export loads on its own (`mmjax.load`), the complete config and the
+        frozen CLIP it scores the features of ("base": its export, copied into the head's export)."""
+        info = {"task": "flowclip_head", "dim": self.dim, "flowclip": self.options.to_dict(),
+                "full_config": full_config(self.config)}
+        meta = self.caches["train"].meta
+        if meta.get("clip_workdir"):  # ShapesWorld: the exported CLIP; COCO caches name an HF CLIP directory
+            info["base"] = {"export": os.path.join(os.path.abspath(meta["clip_workdir"]), "export")}
+        elif meta.get("clip_dir"):
+            info["base"] = {"hf_clip_dir": meta["clip_dir"]}
+        return info
 
     @staticmethod
     def _texts(batch, prefix, valid_key):

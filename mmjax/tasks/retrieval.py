@@ -9,6 +9,7 @@ with the run's inference similarity (top-k for MaxMatch, else the training simil
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -25,6 +26,7 @@ from mmjax.losses import maxmatch_objective, similarity_options
 from mmjax.models.factory import build_retrieval_model
 from mmjax.models.pretrained import load_pretrained_text
 from mmjax.similarity import inference_kind
+from mmjax.train.export import full_config, tokenizer_spec
 from mmjax.train.task import Phase, select_keys
 
 
@@ -89,7 +91,12 @@ class RetrievalTask:
                                     steps_per_epoch)
 
     def export_info(self) -> dict:
-        return {}
+        """What rebuilds the model from the export alone (`mmjax.load`): the complete config, the tokenizer and,
+        for the 'bert' tower, the BERT architecture (its weights are in the exported parameters)."""
+        info = {"full_config": full_config(self.config), "tokenizer_spec": tokenizer_spec(self.tokenizer)}
+        if self.pretrained.bert_module is not None:
+            info["bert_config"] = dataclasses.asdict(self.pretrained.bert_module.config)
+        return info
 
     # ---- model inputs ---------------------------------------------------------------------------------------
     def _image_inputs(self, batch):

@@ -25,7 +25,7 @@ FLOORS = {
     3: {"models"},
     4: {"train", "evaluation"},
     5: {"tasks", "config_validation"},
-    6: {"experiment"},
+    6: {"experiment", "retriever"},
 }
 FLOOR = {unit: floor for floor, units in FLOORS.items() for unit in units}
 

@@ -76,8 +76,12 @@ SCRIPT = textwrap.dedent("""
     assert retrieval, sorted(results)
     for kind, r in retrieval.items():
         assert {"i2t_r1", "t2i_r1", "rsum"} <= set(r["all"]), (kind, r)
-    if hasattr(mmjax, "load"):  # a later feature: skipped while the package has no `mmjax.load`
-        assert mmjax.load(workdir) is not None
+    # The loader, as a notebook uses it: a trained run -> retrieve with the run's own tokenizer and score.
+    from mmjax.data.shapesworld import generate
+    r = mmjax.load(workdir)
+    images = r.embed_images(generate("test", preset=c.data.preset, seed=c.data.seed, mode=c.data.mode, limit=8))
+    hits = r.retrieve("a red circle", k=3, images=images)
+    assert len(hits.indices) == 3 and list(hits.scores) == sorted(hits.scores, reverse=True), hits
 
     # Nothing imported from the repository: every mmjax module is the wheel's, and no other module lives in the
     # source tree (the dependency directories excepted, for an environment kept inside the checkout).
