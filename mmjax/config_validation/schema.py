@@ -72,6 +72,7 @@ TRAINING = {
     # mmjax.train.sharding and the multi-process set-up
     "sharding.num_devices": Int(ge=0), "sharding.mesh": MESH, "sharding.rules": Each(pair(REGEX, SHARDING_RULE)),
     "sharding.batch_axes": Each(NAME, nonempty=True),
+    "sharding.preset": Choice(("rules", "data_parallel", "fsdp")), "sharding.fsdp_min_size": Int(ge=0),
     "distributed.coordinator": STR, "distributed.num_processes": Int(ge=1), "distributed.process_id": Int(ge=0),
     "distributed.cpu_collectives": Choice(("gloo", "mpi")),
 }

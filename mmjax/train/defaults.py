@@ -4,8 +4,9 @@ Top level: task, seed, data, model, loss, matching, optim, train, sharding, dist
 final_eval.
 - sharding.num_devices: use the first N devices (0 = all);
 - sharding.mesh: ordered (axis, size) pairs, −1 = remaining devices; sharding.rules: (regex, 'replicate'|'fsdp'|
-  spec) for parameter/optimiser-state paths; sharding.batch_axes: axes the batch is split over (see
-  `mmjax.train.sharding`).
+  spec) for parameter/optimiser-state paths; sharding.batch_axes: axes the batch is split over;
+  sharding.preset: 'rules' (use sharding.rules), 'data_parallel' or 'fsdp' (every state leaf of at least
+  sharding.fsdp_min_size elements split over the fsdp/data axis) (see `mmjax.train.sharding`).
 - train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never; eval_every_epoch=True:
   `evals_per_epoch` times per epoch), select_metric (the validation metric of the best checkpoint: "rsum" of the
   inference score, or e.g. "semantic/rsum"), checkpoint_every, keep_checkpoints, async_checkpoints, compute_dtype
@@ -23,7 +24,7 @@ from mmjax.losses import maxmatch_loss_config
 
 def sharding_config():
     return ml_collections.ConfigDict(dict(mesh=(("data", -1),), rules=((".*", "replicate"),), batch_axes=("data",),
-                                          num_devices=0))
+                                          num_devices=0, preset="rules", fsdp_min_size=2 ** 14))
 
 
 def train_config(**kw):

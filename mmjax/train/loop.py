@@ -40,7 +40,7 @@ from mmjax.train.checkpoint import Checkpointer
 from mmjax.train.export import export_params
 from mmjax.train.logging import MetricWriter, Progress
 from mmjax.train.optim import make_optimizer
-from mmjax.train.sharding import batch_sharding, make_mesh, replicated, shard_batch
+from mmjax.train.sharding import FSDP_MIN_SIZE, batch_sharding, make_mesh, replicated, rules_for, shard_batch
 from mmjax.models.factory import count_params
 from mmjax.train.state import TrainState, abstract_with_shardings, create_train_state
 from mmjax.train.preemption import STOP, TIME_DUE, StopSignals, TrainingPreempted, agree
@@ -151,7 +151,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         tx, schedule = make_optimizer(config.optim, params_shape, total_steps)
         rng = jax.random.PRNGKey(config.seed)
         state, state_shardings = create_train_state(lambda r: task.init_variables(r, sample), tx, rng, mesh,
-                                                    tuple(config.sharding.rules))
+                                                    rules_for(config.sharding),
+                                                    config.sharding.get("fsdp_min_size", FSDP_MIN_SIZE))
         ckpt = Checkpointer(workdir, keep=config.train.keep_checkpoints, async_save=config.train.async_checkpoints)
         on_error.callback(_quietly, ckpt.close)  # an error must not leave Orbax's writer threads holding the process
         position = (0, 0)

@@ -6,8 +6,19 @@ Config (`config.sharding`):
     batch_axes = ("data",)                   mesh axes the leading batch dimension is split over
 
 Rule values: "replicate"; "fsdp" (split the largest dimension divisible by the size of the `fsdp` axis — or of `data`
-when there is none — over that axis; replicate if none divides); or a tuple giving a PartitionSpec per dimension
-(e.g. `(None, "model")`). Meshes are built with Auto axis types (the `jax.make_mesh` default, Explicit, changes the
+when there is none — over that axis; replicate if none divides, or if the leaf has fewer than `fsdp_min_size`
+elements); or a tuple giving a PartitionSpec per dimension (e.g. `(None, "model")`).
+
+Presets (`sharding.preset`, one flag instead of a rule list; `rules_for(config.sharding)`):
+    "rules"           the config's own `sharding.rules` (the default; every shipped config replicates: pure data
+                      parallelism)
+    "data_parallel"   every parameter and optimiser leaf replicated, the batch split over `batch_axes`
+    "fsdp"            every leaf of the train state — parameters *and* their optimiser moments, which follow the same
+                      paths under `opt_state/…` — with at least `sharding.fsdp_min_size` elements (default 2¹⁴) split
+                      over the `fsdp` axis (or `data`), smaller leaves (biases, norms, scalars) replicated. The step
+                      stays one jitted function; XLA inserts the all-gathers of the sharded weights and the
+                      reduce-scatters of their gradients.
+    e.g. `python train.py --config configs/maxmatch_shapes.py --config.sharding.preset=fsdp`. Meshes are built with Auto axis types (the `jax.make_mesh` default, Explicit, changes the
 semantics of ordinary jnp code).
 """
 
@@ -49,7 +60,26 @@ def path_name(path) -> str:
     return "/".join(parts)
 
 
-def _fsdp_spec(shape, mesh: Mesh) -> P:
+PRESETS = {
+    "data_parallel": ((".*", "replicate"),),
+    "fsdp": ((".*", "fsdp"),),
+}
+FSDP_MIN_SIZE = 2 ** 14  # leaves smaller than this stay replicated under "fsdp" (gathering them costs more than it saves)
+
+
+def rules_for(sharding_config) -> tuple:
+    """The (regex, rule) list of a `config.sharding`: its preset's, or its own `rules` when the preset is 'rules'."""
+    preset = sharding_config.get("preset", "rules")
+    if preset == "rules":
+        return tuple(tuple(r) for r in sharding_config.rules)
+    if preset not in PRESETS:
+        raise ValueError(f"sharding.preset must be 'rules' or one of {sorted(PRESETS)}, got {preset!r}")
+    return PRESETS[preset]
+
+
+def _fsdp_spec(shape, mesh: Mesh, min_size: int = FSDP_MIN_SIZE) -> P:
+    if int(np.prod(shape)) < min_size:
+        return P()
     axis = "fsdp" if "fsdp" in mesh.axis_names else "data"
     size = mesh.shape[axis]
     order = sorted(range(len(shape)), key=lambda d: -shape[d])
@@ -61,13 +91,13 @@ def _fsdp_spec(shape, mesh: Mesh) -> P:
     return P()
 
 
-def spec_for(name: str, shape, rules, mesh: Mesh) -> P:
+def spec_for(name: str, shape, rules, mesh: Mesh, fsdp_min_size: int = FSDP_MIN_SIZE) -> P:
     for pattern, rule in rules:
         if re.fullmatch(pattern, name):
             if rule == "replicate":
                 return P()
             if rule == "fsdp":
-                return _fsdp_spec(shape, mesh)
+                return _fsdp_spec(shape, mesh, fsdp_min_size)
             if isinstance(rule, (tuple, list)):
                 if len(rule) != len(shape):
                     raise ValueError(f"sharding rule {pattern!r} -> {rule} has {len(rule)} entries but parameter "
@@ -83,11 +113,12 @@ def spec_for(name: str, shape, rules, mesh: Mesh) -> P:
     return P()
 
 
-def tree_shardings(abstract_tree, rules, mesh: Mesh):
+def tree_shardings(abstract_tree, rules, mesh: Mesh, fsdp_min_size: int = FSDP_MIN_SIZE):
     """NamedShardings for every leaf of an abstract (ShapeDtypeStruct) tree, by rule on its path."""
     def one(path, leaf):
         shape = getattr(leaf, "shape", ())
-        return NamedSharding(mesh, spec_for(path_name(path), shape, rules, mesh) if len(shape) else P())
+        return NamedSharding(mesh, spec_for(path_name(path), shape, rules, mesh, fsdp_min_size) if len(shape)
+                             else P())
     return jax.tree_util.tree_map_with_path(one, abstract_tree)
 
 

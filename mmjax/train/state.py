@@ -14,7 +14,7 @@ import flax
 import jax
 import jax.numpy as jnp
 
-from mmjax.train.sharding import tree_shardings
+from mmjax.train.sharding import FSDP_MIN_SIZE, tree_shardings
 
 
 @flax.struct.dataclass
@@ -32,8 +32,9 @@ def split_variables(variables):
     return params, variables
 
 
-def create_train_state(init_variables, tx, rng, mesh, rules):
-    """(state, state_shardings). `init_variables(rng) -> flax variables` must be pure."""
+def create_train_state(init_variables, tx, rng, mesh, rules, fsdp_min_size: int = FSDP_MIN_SIZE):
+    """(state, state_shardings). `init_variables(rng) -> flax variables` must be pure. The rules apply to the paths
+    of the whole state, so an "fsdp" rule shards a parameter's optimiser moments (`opt_state/…/<param path>`) too."""
 
     def init(rng):
         params_rng, state_rng = jax.random.split(rng)
@@ -42,7 +43,7 @@ def create_train_state(init_variables, tx, rng, mesh, rules):
                           rng=state_rng)
 
     abstract = jax.eval_shape(init, rng)
-    shardings = tree_shardings(abstract, rules, mesh)
+    shardings = tree_shardings(abstract, rules, mesh, fsdp_min_size)
     state = jax.jit(init, out_shardings=shardings)(rng)
     return state, shardings
 
