@@ -34,33 +34,90 @@ and under jit, so the NaN guards of retrieval and training see it (no finite sta
 The NaN is selected with `jnp.where` after the reduction, so the gradients of every other pair stay finite and the
 cotangent reaching the empty pair's (finite, unused) reduction is exactly 0. Losses that drop padded examples mask
 their scores with `jnp.where` before use (`mmjax.losses.ranking`), so an empty padded example never reaches a loss.
+
+Kind names (`resolve_kind`, used by every function that takes a kind): the names above, in any case and with '-' or
+' ' for '_' (`'smooth-Chamfer'`, `'MIL'`), or a paper's name from `KIND_ALIASES` (`'S_H'` → `'maxmatch'`,
+`'S_topk'` → `'maxmatch_topk'`, `'PVSE'` → `'mil'`, `'Set-Div'` → `'smooth_chamfer'`, `'mp'` → `'average_sigmoid'`,
+...). An unknown name raises ValueError with the closest known name ("did you mean ...?") and the list of kinds.
+Configs (`loss.similarity`) take the canonical names only.
+
+Unit rows (`pairwise_set_similarity(..., normalize=False)`, the default): the scores are defined on L2-normalised
+elements. An eager call (concrete arrays) whose valid, finite, non-zero elements have norms further than
+`unit_norm_tolerance(dtype)` (1e-3; 4 ulps of 1 for float16/bfloat16) from 1 raises ValueError naming the measured
+norm range; under `jit` (traced inputs) nothing is checked and nothing is added to the graph. `normalize=True`
+normalises the elements first (`mmjax.normalize.safe_normalize`; zero rows stay zero); `normalize=None` trusts the
+caller (no check: dot products of raw vectors on purpose). Masked (padding) elements and all-zero elements are never
+checked: a zero row has no direction to normalise.
 """
 
+import difflib
 import functools
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mmjax import matching
+from mmjax.normalize import safe_normalize
 
 KINDS = ("mil", "average", "average_sigmoid", "chamfer", "smooth_chamfer", "maxmatch", "maxmatch_topk",
          "sinkhorn_soft")
+
+# The papers' and docs/design.md's names for the kinds (matched like the kinds: any case, '-' or ' ' for '_').
+KIND_ALIASES = {
+    "S_H": "maxmatch",                # MaxMatch's Maximal Pair Assignment similarity
+    "S_topk": "maxmatch_topk",        # MaxMatch's inference without the one-to-one constraint
+    "topk": "maxmatch_topk",
+    "S_soft": "sinkhorn_soft",        # the entropic (Sinkhorn) ablation
+    "sinkhorn": "sinkhorn_soft",
+    "PVSE": "mil",                    # PVSE's multiple-instance (max over pairs) similarity
+    "mean": "average",
+    "mp": "average_sigmoid",          # Set Div's 'mp' variant
+    "Set-Div": "smooth_chamfer",      # Set Div's default similarity
+    "DivE": "smooth_chamfer",
+}
+
+
+def _spelling(name: str) -> str:
+    return re.sub(r"[\s\-]+", "_", name.strip()).lower()
+
+
+_LOOKUP = {**{_spelling(a): k for a, k in KIND_ALIASES.items()}, **{k: k for k in KINDS}}
+
+
+def resolve_kind(kind) -> str:
+    """The canonical similarity kind (one of `KINDS`) for `kind`: a kind in any case, with '-' or ' ' for '_', or a
+    name of `KIND_ALIASES` (`'S_H'` → `'maxmatch'`). Anything else raises ValueError with the closest known name."""
+    if isinstance(kind, str) and _spelling(kind) in _LOOKUP:
+        return _LOOKUP[_spelling(kind)]
+    if not isinstance(kind, str):
+        raise ValueError(f"similarity kind must be a string such as 'maxmatch', got {kind!r} "
+                         f"({type(kind).__name__}); known kinds: {', '.join(KINDS)}")
+    close = difflib.get_close_matches(_spelling(kind), list(_LOOKUP), n=1, cutoff=0.6)
+    hint = f"did you mean {_LOOKUP[close[0]]!r}? " if close else ""
+    aliases = ", ".join(f"{a!r} = {k!r}" for a, k in KIND_ALIASES.items())
+    raise ValueError(f"unknown similarity kind {kind!r}; {hint}known kinds: {', '.join(KINDS)} "
+                     f"(also accepted, any case: {aliases})")
 
 
 def inference_kind(training_kind: str) -> str:
     """The score a model trained with `training_kind` is evaluated with: MaxMatch's top-k inference for a model
     trained with S_H ([paper]: one-to-one matching in training, top-k at inference; docs/design.md#topk-inference),
-    the training similarity itself otherwise. The one place this rule lives (evaluation, suites and studies read it)."""
-    if training_kind not in KINDS:
-        raise ValueError(f"unknown similarity kind {training_kind!r}; choose one of {KINDS}")
+    the training similarity itself otherwise. The one place this rule lives (evaluation, suites and studies read it).
+    Aliases resolve (`resolve_kind`); the answer is a canonical kind."""
+    training_kind = resolve_kind(training_kind)
     return "maxmatch_topk" if training_kind == "maxmatch" else training_kind
 
 
 def reported_kinds(training_kind: str) -> tuple[str, ...]:
     """The scores a retrieval evaluation reports for a training similarity: the inference score first, then the
-    training similarity when it differs (MaxMatch: top-k inference and exact S_H)."""
+    training similarity when it differs (MaxMatch: top-k inference and exact S_H). Canonical kinds."""
+    training_kind = resolve_kind(training_kind)
     return tuple(dict.fromkeys((inference_kind(training_kind), training_kind)))
+
+
 _NEG = -1e9  # finite stand-in for −∞ in masked maxima
 
 
@@ -103,7 +160,8 @@ def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float
     """Reduces blocks `c[..., K_V, K_T]` (masks `row_mask[..., K_V]`, `col_mask[..., K_T]`) to scores `[...]`.
 
     A block whose valid rows or valid columns are all masked out (an empty set) scores NaN for every kind (module
-    docstring); K_V = 0 or K_T = 0 is refused."""
+    docstring); K_V = 0 or K_T = 0 is refused. `kind` may be an alias (`resolve_kind`)."""
+    kind = resolve_kind(kind)
     _check_nonempty_blocks(jnp.shape(c), "block_similarity: c")
     c = c.astype(jnp.float32)
     row, col, cell = _masks(c, row_mask, col_mask)
@@ -132,6 +190,9 @@ def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float
     if kind == "maxmatch":
         if match_on not in ("cos", "transformed"):
             raise ValueError(f"match_on must be 'cos' or 'transformed', got {match_on!r}")
+        if solver in matching.SOFT_PLANS:
+            raise ValueError(f"solver={solver!r} gives a soft plan, not an assignment, so S_H cannot use it; the "
+                             f"entropic relaxation is kind='sinkhorn_soft' (options sinkhorn_tau, sinkhorn_iters)")
         # Only valid cells may matter: padding cells are zeroed before the solver (whose eager check would reject a
         # NaN there), and a non-finite valid cell makes the whole pair NaN (the solver would leave it unmatched).
         bad = jnp.any(cell & ~jnp.isfinite(c), axis=(-2, -1))
@@ -163,17 +224,25 @@ def block_similarity(c, kind: str, row_mask=None, col_mask=None, *, alpha: float
         if sinkhorn_grad not in ("plan_fixed", "unroll"):
             raise ValueError(f"sinkhorn_grad must be 'plan_fixed' or 'unroll', got {sinkhorn_grad!r}")
         src = jax.lax.stop_gradient(c) if sinkhorn_grad == "plan_fixed" else c
-        plan = jax.vmap(lambda x: matching.sinkhorn_plan(x, sinkhorn_tau, sinkhorn_iters))(
-            src.reshape((-1,) + c.shape[-2:])).reshape(c.shape)
+        plan = matching.sinkhorn_plan(src, sinkhorn_tau, sinkhorn_iters)  # [..., K, K], batched
         return jnp.sum(plan * f_s(c, s_h), axis=(-2, -1)) / c.shape[-1]
     raise ValueError(f"unknown similarity kind {kind!r}; choose one of {KINDS}")
 
 
+def check_batch_of_sets(name: str, shape, spec: str = "[B, K, D]", fn: str = "") -> None:
+    """Refuses anything but a batch of sets `spec` (3 dims), naming a single set [K, D] as such."""
+    shape = tuple(shape)
+    where = f"{fn}: " if fn else ""
+    if len(shape) == 2:
+        raise ValueError(f"{where}{name} must be {spec} (a batch of sets), got shape {shape}: a single set; add a "
+                         f"batch axis ({name}[None])")
+    if len(shape) != 3:
+        raise ValueError(f"{where}{name} must be {spec} (a batch of sets), got shape {shape}")
+
+
 def _check_sets(a, b, a_mask, b_mask):
-    if a.ndim != 3:
-        raise ValueError(f"a must be [Ba, K, D], got shape {a.shape}")
-    if b.ndim != 3:
-        raise ValueError(f"b must be [Bb, K', D], got shape {b.shape}")
+    check_batch_of_sets("a", a.shape, "[Ba, K, D]")
+    check_batch_of_sets("b", b.shape, "[Bb, K', D]")
     for name, x in (("a", a), ("b", b)):
         if x.shape[1] == 0:
             raise ValueError(f"{name} must have K >= 1 elements per set, got shape {x.shape} (K = 0: a set with no "
@@ -194,15 +263,114 @@ def block_cosines(a, b):
     return c.reshape(ba, k_v, bb, k_t).transpose(0, 2, 1, 3)
 
 
-def pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, **kw):
-    """Scores `[Ba, Bb]` between sets `a[Ba, K, D]` and `b[Bb, K', D]` (unit rows) for `kind` (module docstring).
+UNIT_NORM_TOL = 1e-3  # |‖x‖ − 1| allowed for a float32 "unit" element (module docstring)
 
-    K, K' >= 1 (K = 0 raises ValueError naming the shape); a set whose mask is all False scores NaN against every
-    set of the other side."""
+
+def unit_norm_tolerance(dtype) -> float:
+    """|‖x‖ − 1| accepted as unit norm for elements of `dtype`: 1e-3, or 4 ulps of 1 where that is larger (float16
+    4e-3, bfloat16 3.1e-2: a unit row rounded to the dtype)."""
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return UNIT_NORM_TOL
+    return max(UNIT_NORM_TOL, 4 * float(jnp.finfo(dtype).eps))
+
+
+def _is_traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+@jax.jit
+def _norm_stats(x, valid):
+    """(min norm, max norm, largest |norm − 1|, flat index of that element) over the checked elements: valid, finite
+    and not all-zero; (inf, −inf, 0, 0) when there are none. One reduction on device, four scalars back."""
+    x = x.astype(jnp.float32)
+    norms = jnp.sqrt(jnp.sum(x * x, axis=-1))
+    checked = valid & jnp.all(jnp.isfinite(x), axis=-1) & jnp.any(x != 0, axis=-1)
+    dev = jnp.where(checked, jnp.abs(norms - 1.0), 0.0)
+    return (jnp.min(jnp.where(checked, norms, jnp.inf)), jnp.max(jnp.where(checked, norms, -jnp.inf)),
+            jnp.max(dev), jnp.argmax(dev.reshape(-1)))
+
+
+def _host_norm_stats(x, valid, rows: int = 4096):
+    """`_norm_stats` on the host, in float64, `rows` sets at a time (memory-mapped caches are read once, in chunks)."""
+    x = np.asarray(x)
+    lo, hi, worst, at = np.inf, -np.inf, 0.0, 0
+    per_row = int(np.prod(x.shape[1:-1], dtype=np.int64))
+    for start in range(0, x.shape[0], rows):
+        chunk = np.asarray(x[start:start + rows], np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            norms = np.sqrt(np.sum(chunk * chunk, axis=-1))
+        checked = valid[start:start + rows] & np.all(np.isfinite(chunk), axis=-1) & np.any(chunk != 0, axis=-1)
+        if not checked.any():
+            continue
+        dev = np.where(checked, np.abs(norms - 1.0), 0.0)
+        lo, hi = min(lo, norms[checked].min()), max(hi, norms[checked].max())
+        if dev.max() > worst:
+            worst, at = dev.max(), start * per_row + int(np.argmax(dev.reshape(-1)))
+    return lo, hi, worst, at
+
+
+def check_unit_norm(name: str, x, mask=None, *, fn: str = "pairwise_set_similarity") -> None:
+    """Raises ValueError when the valid, finite, non-zero elements of the concrete set batch `x [B, K, D]` (validity
+    `mask [B, K]`, None = all) are not unit-norm within `unit_norm_tolerance` (module docstring); traced inputs
+    (under jit) are not checked. Host (numpy) arrays are checked on the host; device arrays by one reduction whose
+    four scalars come back (one small transfer per call)."""
+    if _is_traced(x, mask):
+        return
+    shape = np.shape(x)
+    if isinstance(x, np.ndarray) or not isinstance(x, jax.Array):
+        valid = np.ones(shape[:-1], bool) if mask is None else np.asarray(mask, bool)
+        lo, hi, dev, at = _host_norm_stats(x, valid)
+    else:
+        valid = jnp.ones(shape[:-1], bool) if mask is None else jnp.asarray(mask, bool)
+        lo, hi, dev, at = (v.item() for v in jax.device_get(_norm_stats(x, valid)))
+    tol = unit_norm_tolerance(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+    if not dev > tol:
+        return
+    index = tuple(int(i) for i in np.unravel_index(int(at), shape[:-1]))
+    raise ValueError(
+        f"{fn}: the valid elements of {name} are not unit-norm: their L2 norms range over [{lo:.4g}, {hi:.4g}] "
+        f"(largest |norm - 1| = {dev:.3g} at {name}[{', '.join(map(str, index))}] > {tol:.0e}). The similarities "
+        f"are defined on unit rows (cosines): pass normalize=True to L2-normalise the elements here, or normalise "
+        f"them first (mmjax.normalize.unit_normalize); normalize=None skips this check (raw dot products on purpose)")
+
+
+def prepare_sets(name: str, x, mask, normalize, *, fn: str = "pairwise_set_similarity"):
+    """`x` for scoring under the `normalize` contract (module docstring): True → `safe_normalize` (integer inputs
+    become float32 first), False → checked when concrete (`check_unit_norm`), None → as given."""
+    if normalize is None:
+        return x
+    if normalize is True:
+        x = jnp.asarray(x)
+        return safe_normalize(x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32))
+    if normalize is False:
+        check_unit_norm(name, x, mask, fn=fn)
+        return x
+    raise ValueError(f"{fn}: normalize must be True, False or None, got {normalize!r}")
+
+
+def pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, *, normalize: bool | None = False, **kw):
+    """Scores `[Ba, Bb]` between sets `a[Ba, K, D]` and `b[Bb, K', D]` (unit rows) for `kind` (module docstring;
+    aliases such as `'S_H'` resolve by `resolve_kind`).
+
+    K, K' >= 1 (K = 0 raises ValueError naming the shape); a single set [K, D] is refused with a hint to add the
+    batch axis; a set whose mask is all False scores NaN against every set of the other side.
+
+    normalize: False (default) — the elements must be unit rows: an eager call raises ValueError naming the measured
+    norm range when valid elements are further than `unit_norm_tolerance` from norm 1 (nothing is checked under
+    jit); True — L2-normalise the elements first (`mmjax.normalize.safe_normalize`); None — use them as given, no
+    check (dot products of raw vectors on purpose)."""
+    kind = resolve_kind(kind)
+    given = (a, b, a_mask, b_mask)
     a, b = jnp.asarray(a), jnp.asarray(b)
     a_mask = None if a_mask is None else jnp.asarray(a_mask, bool)
     b_mask = None if b_mask is None else jnp.asarray(b_mask, bool)
     _check_sets(a, b, a_mask, b_mask)
+    if normalize is False:  # checked on the caller's arrays: host (numpy) input is checked on the host
+        check_unit_norm("a", given[0], given[2])
+        check_unit_norm("b", given[1], given[3])
+    else:
+        a, b = prepare_sets("a", a, a_mask, normalize), prepare_sets("b", b, b_mask, normalize)
     c = block_cosines(a, b)
     row = None if a_mask is None else a_mask[:, None, :]
     col = None if b_mask is None else b_mask[None, :, :]
@@ -237,7 +405,9 @@ def slab_cosines(a, b_em):
 
 
 def slab_supported(kind: str, k_v: int, k_t: int, *, solver: str = "auto", solver_options=None, **_) -> bool:
-    """Whether `slab_similarity` computes `kind` with these options exactly as `block_similarity` does."""
+    """Whether `slab_similarity` computes `kind` (or its alias) with these options exactly as `block_similarity`
+    does."""
+    kind = resolve_kind(kind)
     if kind == "maxmatch_topk":
         return True
     if kind != "maxmatch" or solver_options or max(k_v, k_t) > SLAB_MAX_K:
@@ -318,8 +488,10 @@ def slab_similarity(c4, kind: str, a_mask=None, b_mask=None, *, s_h: float = 1.0
     `block_similarity` on the same cells (module docstring), including ties and NaN handling.
 
     Options of other kinds (`alpha`, ...) are ignored, as `block_similarity` ignores them; `slab_supported` says
-    whether `kind` and the solver options are covered.
+    whether `kind` (aliases resolve, `resolve_kind`) and the solver options are covered. C4 holds cosines, so unit
+    rows are the caller's business (`slab_cosines` of unit sets; `pairwise_set_similarity` checks them).
     """
+    kind = resolve_kind(kind)
     if c4.ndim != 4:
         raise ValueError(f"slab_similarity: c4 must be [K_V, Ba, K_T, Bb], got shape {c4.shape}")
     k_v, _, k_t, _ = c4.shape

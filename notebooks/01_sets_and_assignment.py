@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -110,9 +112,9 @@ display(table(["kind", *pairs], rows))
 # ## 2. One block, four solvers
 #
 # `mmjax.matching.solve(scores, method)` returns, for each row, the matched column (−1 = unmatched). The exact
-# solvers (`enumerate`, `auction` with its certificate and exact repair, `hungarian`) must reach the scipy optimum;
-# `sinkhorn` returns a soft doubly-stochastic plan instead of indices (an ablation; it concentrates on the optimal
-# permutation as τ → 0).
+# solvers (`enumerate`, `auction` with its certificate and exact repair, `hungarian`) must reach the scipy optimum.
+# `mmjax.matching.sinkhorn_plan(scores, tau, iters)` returns a soft doubly-stochastic plan instead of indices (an
+# ablation; it concentrates on the optimal permutation as τ → 0), so it is kept out of `solve`.
 
 # %%
 K = 5
@@ -123,15 +125,14 @@ optimum = block[r_opt, c_opt].sum()
 fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
 rows = []
 for ax, method in zip(axes, ("enumerate", "auction", "hungarian", "sinkhorn")):
-    out = np.asarray(matching.solve(jnp.asarray(block), method))
     if method == "sinkhorn":
-        plan = out
+        plan = np.asarray(matching.sinkhorn_plan(jnp.asarray(block), tau=0.05, iters=20))
         im = ax.imshow(plan, cmap="magma", vmin=0, vmax=1)
         cols = plan.argmax(axis=1)
         ax.set_title(f"sinkhorn plan P (τ=0.05)\nΣ P⊙C = {np.sum(plan * block):.4f}", fontsize=9)
         total = float(np.sum(plan * block))
     else:
-        cols = out
+        cols = np.asarray(matching.solve(jnp.asarray(block), method))
         im = ax.imshow(block, cmap="viridis", vmin=-1, vmax=1)
         total = float(block[np.arange(K), cols].sum())
         ax.set_title(f"{method}: Σ matched C = {total:.4f}", fontsize=9)

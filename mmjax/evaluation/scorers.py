@@ -32,7 +32,7 @@ import numpy as np
 from mmjax.batching import pad_rows
 from mmjax.data.tokenizers import check_texts
 from mmjax.normalize import unit_normalize
-from mmjax.similarity import block_similarity
+from mmjax.similarity import block_similarity, resolve_kind
 
 
 def default_image_key(record) -> Hashable:
@@ -121,7 +121,10 @@ def cosine_pairs(img, txt) -> jax.Array:
 
 
 def set_pairs(kind: str, **kw) -> Callable:
-    """Pair score s(V_p, T_p) of a set similarity kind on {"set": [n, K, D], "mask": [n, K] (optional)} dicts."""
+    """Pair score s(V_p, T_p) of a set similarity kind on {"set": [n, K, D], "mask": [n, K] (optional)} dicts.
+    `kind` may be an alias (`'S_H'`); an unknown kind is refused here, before any embedding."""
+    kind = resolve_kind(kind)
+
     @jax.jit
     def score(img, txt):
         c = jnp.einsum("nkd,njd->nkj", img["set"], txt["set"], preferred_element_type=jnp.float32)

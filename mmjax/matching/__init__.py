@@ -11,8 +11,10 @@ Public API:
 - `solve_with_aux(...) -> (cols, aux)` with per-batch diagnostics: `total[...]` (sum of matched valid scores),
   `repaired_frac`, `incomplete_frac`, `gap_max` (auction), `nonfinite_frac`, `inexact_frac`. Options of both (a
   wrong key raises TypeError naming the valid ones): see `solve`.
-- `sinkhorn_plan(scores, tau, iters)` — entropic soft plan for ablations (`method="sinkhorn"` in `solve` returns the
-  plan [..., n, n] instead of indices; square unmasked blocks only).
+- `sinkhorn_plan(scores[..., K, K], tau=0.05, iters=20) -> plan float32[..., K, K]` — the entropic soft plan of
+  the Sinkhorn ablation (similarity kind `sinkhorn_soft`); square unmasked blocks, any leading batch shape,
+  differentiable. It is not an assignment, so `solve` refuses `method='sinkhorn'` (ValueError pointing here): every
+  `solve` returns int32 columns. `SOFT_PLANS` names such soft-plan methods.
 - Solvers by name (`SOLVERS`): single-problem functions `A[K, K] -> perm[K]` batched with `vmap`:
   `"enumerate"` (exact, K ≤ 8), `"auction"` (ε-scaling Jacobi auction + certificate; uncertified problems are repaired
   with an exact solver, so the result is exact), `"hungarian"` (optax reference), and `"auto"`, which picks by backend
@@ -45,12 +47,13 @@ from mmjax.matching.auction import solve_auction, AuctionResult, num_phases
 from mmjax.matching.enumerate import solve_enumerate, solve_enumerate_unmasked, MAX_K as ENUMERATE_MAX_K
 from mmjax.matching.hungarian import solve_hungarian
 from mmjax.matching.padding import normalise_masks, square_benefit
-from mmjax.matching.sinkhorn import sinkhorn_plan
+from mmjax.matching.sinkhorn import sinkhorn_plan as _sinkhorn_block
 
-__all__ = ["solve", "solve_with_aux", "sinkhorn_plan", "SOLVERS", "AUTO_TABLE", "choose_auto", "solve_enumerate",
-           "solve_hungarian", "solve_auction", "AuctionResult", "num_phases"]
+__all__ = ["solve", "solve_with_aux", "sinkhorn_plan", "SOLVERS", "SOFT_PLANS", "AUTO_TABLE", "choose_auto",
+           "solve_enumerate", "solve_hungarian", "solve_auction", "AuctionResult", "num_phases"]
 
-SOLVERS = ("enumerate", "auction", "hungarian", "sinkhorn", "auto")
+SOLVERS = ("enumerate", "auction", "hungarian", "auto")   # methods of `solve`: int32 columns
+SOFT_PLANS = ("sinkhorn",)                                 # soft plans, not assignments: `sinkhorn_plan`, never `solve`
 
 # (max K, solver) rows, first match wins; per backend.
 # "cpu": measured with bench/matching.py (docs/benchmarks.md): enumerate is fastest to K = 5; at K = 8 the Hungarian
@@ -76,6 +79,31 @@ def choose_auto(k: int, backend: str | None = None, table=None) -> str:
         if max_k is None or k <= max_k:
             return name
     raise ValueError(f"matching auto_table has no row for K={k}: {rows}")
+
+
+def sinkhorn_plan(scores, tau: float = 0.05, iters: int = 20):
+    """Entropic soft plan float32[..., K, K] of square blocks `scores[..., K, K]` (any leading batch shape; no masks):
+    `iters` log-domain Sinkhorn iterations on scores/τ (`mmjax.matching.sinkhorn`). Columns sum to 1, rows up to the
+    convergence error; as τ → 0 the plan concentrates on the optimal permutation. Differentiable (apply
+    `stop_gradient` to hold it fixed); no eager NaN check (a NaN score makes its block's plan NaN)."""
+    scores = jnp.asarray(scores)
+    if scores.ndim < 2 or scores.shape[-1] != scores.shape[-2]:
+        raise ValueError(f"sinkhorn_plan needs square unmasked blocks [..., K, K], got shape {scores.shape}")
+    if scores.ndim == 2:
+        return _sinkhorn_block(scores, tau, iters)
+    k = scores.shape[-1]
+    flat = scores.reshape((-1, k, k))
+    return jax.vmap(lambda x: _sinkhorn_block(x, tau, iters))(flat).reshape(scores.shape)
+
+
+def _check_method(method: str, sinkhorn=None) -> None:
+    if method in SOFT_PLANS:
+        given = ", ".join(f"{k}={v!r}" for k, v in (sinkhorn or {}).items()) or "tau, iters"
+        raise ValueError(f"matching.solve: method={method!r} gives a soft plan (float [..., n, n]), not an assignment, "
+                         f"and solve always returns int32 columns; call mmjax.matching.sinkhorn_plan(scores, {given}) "
+                         f"for the soft plan (or use the similarity kind 'sinkhorn_soft')")
+    if method not in SOLVERS:
+        raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
 
 
 def _exact_solver(k: int):
@@ -226,6 +254,7 @@ def solve_with_aux(scores, method: str = "auto", mask=None, **options):
 
 def _solve_with_aux(scores, method, mask, *, pad_penalty="auto", auction=None, sinkhorn=None,
                     backend: str | None = None, auto_table=None):
+    _check_method(method, sinkhorn)
     scores = jnp.asarray(scores)
     _check_scores(scores)
     n, m = scores.shape[-2:]
@@ -233,17 +262,6 @@ def _solve_with_aux(scores, method, mask, *, pad_penalty="auto", auction=None, s
     batch = scores.shape[:-2]
     if method == "auto":
         method = choose_auto(k, backend, auto_table)
-    if method == "sinkhorn":
-        if mask is not None or n != m:
-            raise ValueError(f"method='sinkhorn' needs square unmasked blocks, got shape {scores.shape} "
-                             f"and mask={'given' if mask is not None else None}")
-        _check_finite_valid_cells(scores, np.ones(scores.shape, bool))
-        opts = dict(sinkhorn or {})
-        flat = jax.lax.stop_gradient(scores).astype(jnp.float32).reshape((-1, n, n))
-        plan = jax.vmap(lambda x: sinkhorn_plan(x, **opts))(flat).reshape(scores.shape)
-        return plan, {"total": jnp.sum(plan * scores, axis=(-2, -1))}
-    if method not in SOLVERS:
-        raise ValueError(f"unknown matching method {method!r}; choose one of {SOLVERS}")
     if method == "enumerate" and k > ENUMERATE_MAX_K:
         raise ValueError(f"method='enumerate' supports K <= {ENUMERATE_MAX_K}, got K={k}")
 
@@ -291,8 +309,9 @@ def _solve_with_aux(scores, method, mask, *, pad_penalty="auto", auction=None, s
 def solve(scores, method: str = "auto", mask=None, **options):
     """Maximising assignment on `scores[..., n, m]` -> `cols int32[..., n]` (see the module docstring).
 
-    method: 'auto' (default; by K and backend from `AUTO_TABLE`), 'enumerate' (K <= 8), 'hungarian', 'auction', or
-    'sinkhorn' (returns the soft plan [..., n, n] instead of indices; see `sinkhorn_plan`).
+    method: 'auto' (default; by K and backend from `AUTO_TABLE`), 'enumerate' (K <= 8), 'hungarian' or 'auction'
+    (`SOLVERS`). 'sinkhorn' is refused with a ValueError: its soft plan is not an assignment — call
+    `sinkhorn_plan(scores, tau, iters)`.
     mask: None, `(row_mask[..., n], col_mask[..., m])` or a cell mask `[..., n, m]`.
 
     Options (keyword only; anything else raises TypeError naming these):
@@ -303,7 +322,8 @@ def solve(scores, method: str = "auto", mask=None, **options):
         Bellman–Ford certificate, tol_cert with 'duality'), max_rounds=None, compaction=4.0, min_buffer=64,
         integer_eps=True, warm_start='dual', chunk_elems=2**18) plus repair_capacity_frac=0.01 — see
         `mmjax.matching.auction`;
-      sinkhorn: dict(tau=0.05, iters=20) for method='sinkhorn';
+      sinkhorn: dict(tau=0.05, iters=20) — keys checked, otherwise unused here (accepted so that `config.matching`
+        can be passed whole; the soft plan is `sinkhorn_plan`);
       backend: the backend row of `AUTO_TABLE` for 'auto' (default: jax.default_backend());
       auto_table: a table replacing `AUTO_TABLE` for 'auto'.
 

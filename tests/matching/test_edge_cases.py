@@ -249,7 +249,7 @@ def test_unknown_options_are_rejected_naming_the_valid_ones():
     with pytest.raises(TypeError, match="valid auction options: eps_start_frac"):
         matching.solve(a, "auction", auction=dict(tol=1e-6))
     with pytest.raises(TypeError, match="valid sinkhorn options: tau, iters"):
-        matching.solve(a, "sinkhorn", sinkhorn=dict(temperature=0.1))
+        matching.solve(a, "hungarian", sinkhorn=dict(temperature=0.1))
     # Every option is documented in solve's docstring.
     for name in matching.OPTIONS + matching.AUCTION_OPTIONS + matching.SINKHORN_OPTIONS:
         assert name in matching.solve.__doc__, name

@@ -221,12 +221,14 @@ def test_all_pairs_equals_per_pair_loop(kind):
 
 
 def test_inference_kind_rule():
-    """A MaxMatch (S_H) model is scored at inference by top-k; every other kind by itself; unknown kinds refused."""
+    """A MaxMatch (S_H) model is scored at inference by top-k; every other kind by itself; the paper's name 'S_H'
+    resolves to 'maxmatch' (tests/test_api_errors.py); unknown kinds refused."""
     assert inference_kind("maxmatch") == "maxmatch_topk"
     assert reported_kinds("maxmatch") == ("maxmatch_topk", "maxmatch")
     assert all(inference_kind(k) == k and reported_kinds(k) == (k,) for k in KINDS if k != "maxmatch")
+    assert inference_kind("S_H") == "maxmatch_topk" and reported_kinds("S_H") == ("maxmatch_topk", "maxmatch")
     with pytest.raises(ValueError, match="unknown similarity kind"):
-        inference_kind("S_H")
+        inference_kind("hausdorff")
 
 
 def test_sinkhorn_soft_approaches_maxmatch_linear():
