@@ -73,6 +73,7 @@ TRAINING = {
     "sharding.num_devices": Int(ge=0), "sharding.mesh": MESH, "sharding.rules": Each(pair(REGEX, SHARDING_RULE)),
     "sharding.batch_axes": Each(NAME, nonempty=True),
     "sharding.preset": Choice(("rules", "data_parallel", "fsdp")), "sharding.fsdp_min_size": Int(ge=0),
+    "sharding.all_pairs": Choice(("xla", "rows")), "sharding.all_pairs_chunk": Int(ge=0),
     "distributed.coordinator": STR, "distributed.num_processes": Int(ge=1), "distributed.process_id": Int(ge=0),
     "distributed.cpu_collectives": Choice(("gloo", "mpi")),
 }

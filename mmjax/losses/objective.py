@@ -26,7 +26,7 @@ import ml_collections
 from mmjax.losses.mmd import mmd_loss
 from mmjax.losses.ranking import check_indices, infonce_loss, triplet_loss
 from mmjax.losses.regularisers import div_gram, div_uniformity, gd_loss, isd_loss
-from mmjax.similarity import pairwise_set_similarity
+from mmjax.sharded_similarity import AllPairsLayout
 
 
 def maxmatch_loss_config() -> ml_collections.ConfigDict:
@@ -99,9 +99,10 @@ def _target(out, which, name):
 
 
 def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, image_ids=None,
-                       image_valid=None, caption_valid=None, matching=None):
+                       image_valid=None, caption_valid=None, matching=None, all_pairs: AllPairsLayout | None = None):
     """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring); `matching`: the
-    `config.matching` solver options (see `similarity_options`). `warmup`: True (VSE0 all-negative triplet), False
+    `config.matching` solver options (see `similarity_options`); `all_pairs`: how S is laid out over the mesh
+    (`mmjax.sharded_similarity.AllPairsLayout`, from `config.sharding`; None = one block tensor). `warmup`: True (VSE0 all-negative triplet), False
     (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the all-negative form during the ramp.
 
     Concrete `caption_image` (host numpy, eager calls) must lie in [0, N_images): an out-of-range index raises
@@ -124,8 +125,8 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
     reduce = (lambda a, b: a + b) if cfg.modality_reduce == "sum" else (lambda a, b: 0.5 * (a + b))
     i_mask, t_mask = image.get("mask"), text.get("mask")
 
-    scores = pairwise_set_similarity(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
-                                     **similarity_options(cfg, matching))
+    scores = (all_pairs or AllPairsLayout()).score(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
+                                                   **similarity_options(cfg, matching))
     if cfg.score_units == "cosine":
         scores = cosine_units(scores, cfg.similarity, cfg.s_h)
     valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)

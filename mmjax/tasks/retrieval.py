@@ -25,6 +25,7 @@ from mmjax.evaluation.scorers import set_pairs, shapesworld_suites_context
 from mmjax.losses import maxmatch_objective, similarity_options
 from mmjax.models.factory import build_retrieval_model
 from mmjax.models.pretrained import load_pretrained_text
+from mmjax.sharded_similarity import AllPairsLayout
 from mmjax.similarity import inference_kind
 from mmjax.train.export import full_config, tokenizer_spec
 from mmjax.train.task import Phase, select_keys
@@ -121,7 +122,8 @@ class RetrievalTask:
         loss, metrics = maxmatch_objective(out["image"], out["text"], batch["caption_image"], self.config.loss,
                                            warmup=phase, image_valid=valid,
                                            caption_valid=valid[batch["caption_image"]],
-                                           matching=self.config.get("matching"))
+                                           matching=self.config.get("matching"),
+                                           all_pairs=AllPairsLayout.from_config(self.config.sharding))
         return loss, (metrics, updates)
 
     # ---- evaluation ----------------------------------------------------------------------------------------

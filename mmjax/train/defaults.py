@@ -6,7 +6,10 @@ final_eval.
 - sharding.mesh: ordered (axis, size) pairs, −1 = remaining devices; sharding.rules: (regex, 'replicate'|'fsdp'|
   spec) for parameter/optimiser-state paths; sharding.batch_axes: axes the batch is split over;
   sharding.preset: 'rules' (use sharding.rules), 'data_parallel' or 'fsdp' (every state leaf of at least
-  sharding.fsdp_min_size elements split over the fsdp/data axis) (see `mmjax.train.sharding`).
+  sharding.fsdp_min_size elements split over the fsdp/data axis) (see `mmjax.train.sharding`);
+  sharding.all_pairs: 'xla' (the all-pairs set score as one block tensor, laid out by XLA) or 'rows' (sharded by
+  image rows over batch_axes, sharding.all_pairs_chunk captions at a time per device, 0 = all; see
+  `mmjax.sharded_similarity`, docs/scaling.md).
 - train.num_epochs / num_steps (steps wins when > 0), log_every, eval_every (0 = never; eval_every_epoch=True:
   `evals_per_epoch` times per epoch), select_metric (the validation metric of the best checkpoint: "rsum" of the
   inference score, or e.g. "semantic/rsum"), checkpoint_every, keep_checkpoints, async_checkpoints, compute_dtype
@@ -24,7 +27,8 @@ from mmjax.losses import maxmatch_loss_config
 
 def sharding_config():
     return ml_collections.ConfigDict(dict(mesh=(("data", -1),), rules=((".*", "replicate"),), batch_axes=("data",),
-                                          num_devices=0, preset="rules", fsdp_min_size=2 ** 14))
+                                          num_devices=0, preset="rules", fsdp_min_size=2 ** 14,
+                                          all_pairs="xla", all_pairs_chunk=0))
 
 
 def train_config(**kw):

@@ -214,7 +214,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         for step in range(start_step, total_steps):
             batch = shard_batch(task.prepare_batch(next(data)), mesh, batch_axes)
             step_rng = jax.random.fold_in(state.rng, step)
-            state, metrics = step_fn(step)(state, batch, step_rng)
+            with jax.set_mesh(mesh):  # the mesh in context: the step's explicitly sharded parts (sharding.all_pairs)
+                state, metrics = step_fn(step)(state, batch, step_rng)
             pending.append(metrics)
             done = step + 1
             # A stop request (SIGTERM/SIGINT) or a due time-based checkpoint, agreed by all processes (same step).

@@ -21,11 +21,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "mmjax"
 FLOORS = {
     0: {"matching", "data", "batching", "normalize", "jsonl", "provenance"},
     1: {"similarity"},
-    2: {"losses", "flowclip"},
-    3: {"models"},
-    4: {"train", "evaluation"},
-    5: {"tasks", "config_validation"},
-    6: {"experiment", "retriever"},
+    2: {"sharded_similarity"},
+    3: {"losses", "flowclip"},
+    4: {"models"},
+    5: {"train", "evaluation"},
+    6: {"tasks", "config_validation"},
+    7: {"experiment", "retriever"},
 }
 FLOOR = {unit: floor for floor, units in FLOORS.items() for unit in units}
 

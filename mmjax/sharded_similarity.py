@@ -1,0 +1,139 @@
+"""The all-pairs set score over a global batch, sharded by image rows and chunked over captions.
+
+    S[i, n] = sim(V_i, T_n),   i < B images, n < M captions (M = 5B on COCO/ShapesWorld)
+
+`pairwise_set_similarity` builds it from one [B, M, K_V, K_T] block tensor plus one solver state per block, and a
+jitted step leaves that tensor's layout to XLA's sharding propagation. Here it is laid out on purpose
+(`jax.shard_map` over the mesh's batch axes, n devices):
+
+    device d holds image rows R_d (B/n sets) and caption rows C_d (M/n sets);
+    T = all_gather_d(C_d)                            [M, K_T, D] — linear in B (the sets, not their products)
+    S[R_d, :] = concat_c sim(V_{R_d}, T_c)           caption chunks c of `chunk` sets, one at a time (`lax.map`),
+                                                     each rematerialised in the backward pass (`jax.checkpoint`)
+
+so one device holds at most [B/n, chunk, K_V, K_T] cosines and one chunk's solver state, never the whole block
+tensor; what remains quadratic in the global batch is S's own rows, B/n × M floats per device (4·5B²/n bytes).
+S comes back sharded by rows, P(batch_axes, None); the ranking losses reduce it along rows (local) and along
+columns (an all-reduce of [M] vectors that XLA inserts). Gradients: all_gather's transpose is a reduce-scatter,
+so each caption's gradient is summed over every device that scored it — equal to the single-device gradient.
+
+The mesh comes from `mesh=` or from the context (`jax.set_mesh(mesh)`, which `mmjax.train` enters around its step).
+Config: `sharding.all_pairs = 'rows'` and `sharding.all_pairs_chunk` (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from mmjax.similarity import _check_sets, check_unit_norm, prepare_sets, pairwise_set_similarity, resolve_kind
+
+ALL_PAIRS_LAYOUTS = ("xla", "rows")
+
+
+@dataclasses.dataclass(frozen=True)
+class AllPairsLayout:
+    """How a training step lays out the all-pairs score (`config.sharding.all_pairs*`).
+
+    kind 'xla': one block tensor, layout left to XLA (the form every earlier run used); 'rows': sharded by image rows
+    over `axes`, `chunk` captions at a time per device (0 = all gathered captions in one chunk)."""
+    kind: str = "xla"
+    axes: tuple[str, ...] = ("data",)
+    chunk: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ALL_PAIRS_LAYOUTS:
+            raise ValueError(f"sharding.all_pairs must be one of {ALL_PAIRS_LAYOUTS}, got {self.kind!r}")
+        if int(self.chunk) < 0:
+            raise ValueError(f"sharding.all_pairs_chunk must be >= 0 (0 = one chunk), got {self.chunk}")
+
+    @classmethod
+    def from_config(cls, sharding_config) -> "AllPairsLayout":
+        get = sharding_config.get if hasattr(sharding_config, "get") else (lambda k, d=None: d)
+        return cls(kind=get("all_pairs", "xla"), axes=tuple(get("batch_axes", ("data",))),
+                   chunk=int(get("all_pairs_chunk", 0)))
+
+    def score(self, a, b, kind, a_mask=None, b_mask=None, **options):
+        if self.kind == "xla":
+            return pairwise_set_similarity(a, b, kind, a_mask, b_mask, **options)
+        return sharded_pairwise_set_similarity(a, b, kind, a_mask, b_mask, axes=self.axes, chunk=self.chunk,
+                                               **options)
+
+
+def _context_mesh(mesh, axes):
+    if mesh is None:
+        mesh = jax.sharding.get_abstract_mesh()
+        if mesh.empty:
+            raise ValueError("sharded_pairwise_set_similarity needs a mesh: pass mesh=, or call it under "
+                             "`with jax.set_mesh(mesh):` (mmjax.train does so around its step)")
+    missing = [a for a in axes if a not in mesh.axis_names]
+    if missing:
+        raise ValueError(f"sharded_pairwise_set_similarity: axes {missing} are not axes of the mesh "
+                         f"{dict(mesh.shape)}")
+    return mesh
+
+
+def _chunk_size(chunk: int, m: int) -> int:
+    if chunk == 0 or chunk >= m:
+        return m
+    if m % chunk:
+        divisors = [c for c in range(1, m + 1) if m % c == 0 and c <= chunk]
+        raise ValueError(f"sharding.all_pairs_chunk={chunk} does not divide the {m} gathered captions; the largest "
+                         f"chunk that does is {divisors[-1]}")
+    return chunk
+
+
+def sharded_pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, *, mesh=None, axes=("data",),
+                                    chunk: int = 0, normalize: bool | None = False, **options):
+    """S [Ba, Bb] as `pairwise_set_similarity(a, b, kind, a_mask, b_mask, **options)`, computed per device on its
+    image rows against the gathered captions, `chunk` captions at a time (module docstring); returned sharded by
+    rows over `axes`. Ba and Bb must be divisible by the number of devices along `axes`; `chunk` (0 = all) must
+    divide Bb."""
+    kind = resolve_kind(kind)
+    axes = tuple(axes)
+    mesh = _context_mesh(mesh, axes)
+    given = (a, b, a_mask, b_mask)
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    a_mask = None if a_mask is None else jnp.asarray(a_mask, bool)
+    b_mask = None if b_mask is None else jnp.asarray(b_mask, bool)
+    _check_sets(a, b, a_mask, b_mask)
+    if normalize is False:
+        check_unit_norm("a", given[0], given[2], fn="sharded_pairwise_set_similarity")
+        check_unit_norm("b", given[1], given[3], fn="sharded_pairwise_set_similarity")
+    else:
+        a = prepare_sets("a", a, a_mask, normalize, fn="sharded_pairwise_set_similarity")
+        b = prepare_sets("b", b, b_mask, normalize, fn="sharded_pairwise_set_similarity")
+    n = 1
+    for ax in axes:
+        n *= mesh.shape[ax]
+    for name, x in (("images (a)", a), ("captions (b)", b)):
+        if x.shape[0] % n:
+            raise ValueError(f"sharded_pairwise_set_similarity: {name} batch {x.shape[0]} is not divisible by the "
+                             f"{n} devices of mesh axes {axes}")
+    c = _chunk_size(int(chunk), b.shape[0])
+    # Masks travel as arrays (all True when absent) so every shard_map input has a batch dimension.
+    am = jnp.ones(a.shape[:2], bool) if a_mask is None else a_mask
+    bm = jnp.ones(b.shape[:2], bool) if b_mask is None else b_mask
+    masked = a_mask is not None or b_mask is not None
+    spec = P(axes)
+
+    @jax.checkpoint
+    def score_chunk(rows, rows_mask, cols, cols_mask):
+        if not masked:
+            rows_mask = cols_mask = None
+        return pairwise_set_similarity(rows, cols, kind, rows_mask, cols_mask, normalize=None, **options)
+
+    def local(rows, rows_mask, cols, cols_mask):
+        cols = jax.lax.all_gather(cols, axes, tiled=True)
+        cols_mask = jax.lax.all_gather(cols_mask, axes, tiled=True)
+        m = cols.shape[0]
+        chunks = (cols.reshape(m // c, c, *cols.shape[1:]), cols_mask.reshape(m // c, c, *cols_mask.shape[1:]))
+        blocks = jax.lax.map(lambda xs: score_chunk(rows, rows_mask, *xs), chunks)  # [m/c, rows, c]
+        return jnp.moveaxis(blocks, 0, 1).reshape(rows.shape[0], m)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, spec), out_specs=P(axes, None),
+                         check_vma=False)(a, am, b, bm)
