@@ -17,6 +17,12 @@ S comes back sharded by rows, P(batch_axes, None); the ranking losses reduce it 
 columns (an all-reduce of [M] vectors that XLA inserts). Gradients: all_gather's transpose is a reduce-scatter,
 so each caption's gradient is summed over every device that scored it — equal to the single-device gradient.
 
+The same layout serves any all-pairs mean over two batch-sharded point sets (`sharded_pair_mean`: the MMD terms,
+whose (5B·K)² caption-caption kernel is the largest quadratic term of a step that has it):
+
+    mean_w k = Σ_ij w_i v_j k(x_i, y_j) / max(Σ_i w_i · Σ_j v_j, 1),   rows i on their device, columns j gathered
+               and taken `chunk` at a time; the partial sums meet in one psum.
+
 The mesh comes from `mesh=` or from the context (`jax.set_mesh(mesh)`, which `mmjax.train` enters around its step).
 Config: `sharding.all_pairs = 'rows'` and `sharding.all_pairs_chunk` (docs/scaling.md).
 """
@@ -56,6 +62,25 @@ class AllPairsLayout:
         get = sharding_config.get if hasattr(sharding_config, "get") else (lambda k, d=None: d)
         return cls(kind=get("all_pairs", "xla"), axes=tuple(get("batch_axes", ("data",))),
                    chunk=int(get("all_pairs_chunk", 0)))
+
+    def pair_mean(self, kernel, x, y, wx, wy, *, same: bool, points_per_set: int = 1):
+        """`sharded_pair_mean` under this layout, over points that come `points_per_set` to a set (the elements of
+        sets of K: K), so a chunk holds the elements of at most `chunk` sets: the largest divisor of y's point count
+        not above chunk·points_per_set (the sum is the same for every chunk size; only memory changes)."""
+        if self.kind == "xla":
+            raise ValueError("AllPairsLayout('xla').pair_mean: the 'xla' layout computes the whole kernel")
+        m = y.shape[0]
+        bound = self.chunk * points_per_set if self.chunk else m
+        chunk = max(c for c in range(1, min(bound, m) + 1) if m % c == 0)
+        return sharded_pair_mean(kernel, x, y, wx, wy, same=same, axes=self.axes, chunk=chunk)
+
+    def replicate(self, x):
+        """`x` (a per-caption vector: caption→image indices, validity) replicated on every device under 'rows', so
+        the [B, M] masks built from it take the score's row layout instead of resharding the score; as is for
+        'xla'."""
+        if self.kind == "xla" or x is None:
+            return x
+        return jax.lax.with_sharding_constraint(x, P())
 
     def score(self, a, b, kind, a_mask=None, b_mask=None, **options):
         if self.kind == "xla":
@@ -137,3 +162,53 @@ def sharded_pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, *
 
     return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, spec), out_specs=P(axes, None),
                          check_vma=False)(a, am, b, bm)
+
+
+def sharded_pair_mean(kernel, x, y, wx, wy, *, same: bool = False, mesh=None, axes=("data",), chunk: int = 0):
+    """Σ_ij wx_i wy_j k(x_i, y_j) / max(Σ wx · Σ wy, 1) for points x [N_x, D], y [N_y, D] (rows split over `axes`)
+    and weights wx [N_x], wy [N_y]; `kernel(x_rows, y_cols) -> [rows, cols]`. `same=True` (y is x): the diagonal
+    k(x_i, x_i) is the constant 1, outside the gradient path, as in `mmjax.losses.mmd`. Each device sums its rows
+    against the gathered columns, `chunk` columns at a time (0 = all), each chunk rematerialised in the backward pass;
+    one psum joins the devices. N_x and N_y must be divisible by the devices along `axes`."""
+    axes = tuple(axes)
+    mesh = _context_mesh(mesh, axes)
+    n = 1
+    for ax in axes:
+        n *= mesh.shape[ax]
+    for name, v in (("x", x), ("y", y)):
+        if v.shape[0] % n:
+            raise ValueError(f"sharded_pair_mean: {name} has {v.shape[0]} points, not divisible by the {n} devices "
+                             f"of mesh axes {axes}")
+    c = _chunk_size(int(chunk), y.shape[0])
+    spec = P(axes)
+
+    def local(xr, wr, yc, wc):
+        rows = xr.shape[0]
+        yc = jax.lax.all_gather(yc, axes, tiled=True)
+        wc = jax.lax.all_gather(wc, axes, tiled=True)
+        first_row = _linear_axis_index(axes, mesh) * rows
+        m = yc.shape[0]
+
+        @jax.checkpoint
+        def chunk_sum(ys, ws, start):
+            k = kernel(xr, ys)
+            if same:
+                diag = (first_row + jnp.arange(rows))[:, None] == (start + jnp.arange(c))[None, :]
+                k = jnp.where(diag, 1.0, k)
+            return jnp.sum(k * wr[:, None] * ws[None, :])
+
+        parts = jax.lax.map(lambda xs: chunk_sum(*xs), (yc.reshape(m // c, c, -1), wc.reshape(m // c, c),
+                                                        jnp.arange(0, m, c)))
+        return jax.lax.psum(jnp.sum(parts), axes)
+
+    total = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, spec), out_specs=P(), check_vma=False)(
+        x, wx, y, wy)
+    return total / jnp.maximum(jnp.sum(wx) * jnp.sum(wy), 1.0)
+
+
+def _linear_axis_index(axes, mesh):
+    """This device's position along the flattened `axes` (row-major, as `P(axes)` splits a dimension)."""
+    index = 0
+    for ax in axes:
+        index = index * mesh.shape[ax] + jax.lax.axis_index(ax)
+    return index

@@ -125,8 +125,11 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
     reduce = (lambda a, b: a + b) if cfg.modality_reduce == "sum" else (lambda a, b: 0.5 * (a + b))
     i_mask, t_mask = image.get("mask"), text.get("mask")
 
-    scores = (all_pairs or AllPairsLayout()).score(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
-                                                   **similarity_options(cfg, matching))
+    layout = all_pairs or AllPairsLayout()
+    scores = layout.score(image["set"], text["set"], cfg.similarity, i_mask, t_mask,
+                          **similarity_options(cfg, matching))
+    # per-caption vectors on every device: the losses' [B, M] masks then follow the score's rows
+    caption_image, caption_valid = layout.replicate(caption_image), layout.replicate(caption_valid)
     if cfg.score_units == "cosine":
         scores = cosine_units(scores, cfg.similarity, cfg.s_h)
     valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
@@ -170,7 +173,11 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
     if cfg.lambda_mmd:
         flat = lambda o: o["set"].reshape(-1, o["set"].shape[-1])
         fmask = lambda o: None if o.get("mask") is None else o["mask"].reshape(-1)
-        mmd = mmd_loss(flat(image), flat(text), gamma=cfg.mmd_gamma, x_mask=fmask(image), y_mask=fmask(text))
+        pair_mean = None
+        if all_pairs is not None and all_pairs.kind != "xla":  # sharded by rows, chunked by the layout's sets
+            pair_mean = functools.partial(all_pairs.pair_mean, points_per_set=image["set"].shape[1])
+        mmd = mmd_loss(flat(image), flat(text), gamma=cfg.mmd_gamma, x_mask=fmask(image), y_mask=fmask(text),
+                       pair_mean=pair_mean)
         total += cfg.lambda_mmd * mmd
         metrics["loss/mmd"] = mmd
     metrics["loss/total"] = total

@@ -104,18 +104,20 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
     neg = ~y & iv[:, None] & cv[None, :]
     anchor = cv & iv[caption_image]
     s_pos = jnp.take_along_axis(scores, caption_image[None, :], axis=0)[0]       # s_n
-    rows = scores[caption_image]                                                  # S[i_n, :] as [N_t, N_t]
-    neg_rows = neg[caption_image]
     if hard_negative == "max":
-        hardest_caption = jnp.max(jnp.where(neg_rows, rows, _NEG), axis=1)
+        # The hardest negative caption of anchor n is that of its image i_n: one max per image row, then indexed
+        # by caption (never the [N_t, N_t] matrix S[i_n, :], which at a global batch of B images is 25·B² floats).
+        hardest_caption = jnp.max(jnp.where(neg, scores, _NEG), axis=1)[caption_image]
         hardest_image = jnp.max(jnp.where(neg, scores, _NEG), axis=0)
-        i2t = jnp.where(jnp.any(neg_rows, 1), jax.nn.relu(margin + hardest_caption - s_pos), 0.0)
+        i2t = jnp.where(jnp.any(neg, 1)[caption_image], jax.nn.relu(margin + hardest_caption - s_pos), 0.0)
         t2i = jnp.where(jnp.any(neg, 0), jax.nn.relu(margin + hardest_image - s_pos), 0.0)
         if reduction == "mean":
             i2t, t2i = _mean(i2t, anchor), _mean(t2i, anchor)
         else:
             i2t, t2i = jnp.sum(jnp.where(anchor, i2t, 0.0)), jnp.sum(jnp.where(anchor, t2i, 0.0))
     else:
+        rows = scores[caption_image]                                              # S[i_n, :] as [N_t, N_t]
+        neg_rows = neg[caption_image]
         w_i2t = neg_rows & anchor[:, None]
         w_t2i = neg & anchor[None, :]
         h_i2t = jax.nn.relu(margin + rows - s_pos[:, None])

@@ -4,6 +4,7 @@ the score and of the whole MaxMatch objective in every triplet phase — its com
 1, 2, 4 and 8 devices at a fixed global batch, and 3 training steps with `sharding.all_pairs=rows` against the
 default layout; prints JSON after "RESULT "."""
 
+import functools
 import json
 import sys
 
@@ -70,7 +71,7 @@ def score_equality(mesh):
 
 
 def objective_equality(mesh):
-    """The MaxMatch objective (triplet in all three phases + InfoNCE + GD + ISD + Div) and its gradients w.r.t. every
+    """The MaxMatch objective (triplet in all three phases + InfoNCE + GD + ISD + Div + MMD) and its gradients w.r.t. every
     model output: `all_pairs=AllPairsLayout('rows', chunk=20)` under `jax.set_mesh` vs one device."""
     a, b, am, bm, _ = inputs(1)
     rng = np.random.default_rng(2)
@@ -79,7 +80,7 @@ def objective_equality(mesh):
     text = {"set": b, "residual": rng.normal(size=b.shape).astype(np.float32),
             "global": unit(rng.normal(size=(M, D))).astype(np.float32)}
     caption_image = np.repeat(np.arange(B), PER_IMAGE).astype(np.int32)
-    cfg = dict(similarity="maxmatch", lambda_con=0.5, lambda_gd=0.1, lambda_isd=0.1, lambda_div=0.01, lambda_mmd=0.0)
+    cfg = dict(similarity="maxmatch", lambda_con=0.5, lambda_gd=0.1, lambda_isd=0.1, lambda_div=0.01, lambda_mmd=0.5)
     layout = AllPairsLayout("rows", ("data",), chunk=M // 4)
     split = NamedSharding(mesh, P("data"))
     out = {}
@@ -94,6 +95,24 @@ def objective_equality(mesh):
             v1, g1 = sharded(jax.device_put(image, split), jax.device_put(text, split))
         out[phase] = {"value": [float(v0), float(v1)], "grad_diff": max_diff(g0, g1)}
     return out
+
+
+def mmd_equality(mesh):
+    """MMD between masked element sets through `sharded_pair_mean` (rows over 8 devices, 3 column chunks) vs the
+    whole kernel matrices, values and gradients."""
+    from mmjax.losses.mmd import mmd_loss
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(48, D)).astype(np.float32), rng.normal(size=(240, D)).astype(np.float32)
+    y[7] = x[5]                                           # a collapsed pair: the distance floor, not the diagonal
+    wx, wy = (rng.random(48) > 0.3).astype(np.float32), (rng.random(240) > 0.3).astype(np.float32)
+    layout = AllPairsLayout("rows", ("data",), chunk=16)
+    v0, g0 = jax.value_and_grad(lambda x, y: mmd_loss(x, y, x_mask=wx, y_mask=wy), (0, 1))(x, y)
+    split = NamedSharding(mesh, P("data"))
+    f = jax.jit(jax.value_and_grad(lambda x, y: mmd_loss(x, y, x_mask=wx, y_mask=wy, pair_mean=functools.partial(
+        layout.pair_mean, points_per_set=1)), (0, 1)), in_shardings=(split, split))
+    with jax.set_mesh(mesh):
+        v1, g1 = f(x, y)
+    return {"value": [float(v0), float(v1)], "grad_diff": max_diff(g0, g1)}
 
 
 def memory_by_mesh():
@@ -134,6 +153,7 @@ def training_losses(root):
 if __name__ == "__main__":
     assert jax.device_count() == 8, jax.devices()
     mesh = make_mesh((("data", 8),))
-    result = {"score": score_equality(mesh), "objective": objective_equality(mesh), "memory": memory_by_mesh(),
+    result = {"score": score_equality(mesh), "objective": objective_equality(mesh),
+              "mmd": mmd_equality(mesh), "memory": memory_by_mesh(),
               "training": training_losses(sys.argv[1])}
     print("RESULT " + json.dumps(result))

@@ -1,6 +1,7 @@
 """The all-pairs set score sharded by image rows and chunked over captions (issue #28 item 2,
 `mmjax.sharded_similarity`): on 8 simulated devices its values and gradients — and those of the whole MaxMatch
-objective in the warm-up, ramp and hardest-negative phases — equal one device's; the compiled per-device memory falls
+objective in the warm-up, ramp and hardest-negative phases, and the MMD through `sharded_pair_mean` — equal one
+device's; the compiled per-device memory falls
 as the mesh grows at a fixed global batch and is below the block-tensor form's; training with
 `sharding.all_pairs=rows` follows the default layout's losses. In-process checks on one device: the layout's errors."""
 
@@ -39,6 +40,13 @@ def test_sharded_score_and_gradients_equal_one_device(result, kind):
 def test_objective_on_the_sharded_score_equals_one_device(result, phase):
     r = result["objective"][phase]
     assert abs(r["value"][0] - r["value"][1]) < 1e-5 * max(1.0, abs(r["value"][0])), r
+    assert r["grad_diff"] < 1e-5, r
+
+
+@pytest.mark.slow
+def test_sharded_mmd_equals_the_whole_kernel(result):
+    r = result["mmd"]
+    assert abs(r["value"][0] - r["value"][1]) < 1e-5, r
     assert r["grad_diff"] < 1e-5, r
 
 
