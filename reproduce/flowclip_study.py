@@ -21,6 +21,9 @@ from reproduce.curves import SELECT_BINDING_VAL
 BASES = ("P", "R")
 HEADS = ("globalm_hnb", "globalm_cimr", "flowclip_hnb", "flowclip_cimr")
 PILOT_BASE = "R"
+# The heads the pilot and the study train (protocol change list, 2026-12-02: gate 1 fails on both bases, so the
+# binding rows need no Global-M heads; the budget rule applies to these two).
+PILOT_HEADS = ("flowclip_hnb", "flowclip_cimr")
 PLATEAU_POINTS = 0.5      # the pilot's plateau: no later validation beats the best so far by more than this
 MAX_EPOCHS = 5
 PROBE_MARGIN = 20.0       # gate 1: probe accuracy ≥ majority rate + 20 points (colour, shape; cell for relation)
@@ -66,7 +69,7 @@ def plateau_epoch(steps, values, steps_per_epoch: float, max_epochs: int = MAX_E
 
 def pilot(records: list[dict]) -> dict:
     """{"heads": {head: {"epoch", "best", "steps", "values"}}, "epochs": E} from the pilot's records (seed 0 of each
-    head on base `PILOT_BASE`); E = the largest of the heads' plateau epochs (None until all four have run)."""
+    head on base `PILOT_BASE`); E = the largest of the `PILOT_HEADS`' plateau epochs (None until both have run)."""
     heads = {}
     for r in records:
         head = r["name"].removeprefix(f"fcs_{PILOT_BASE}_")
@@ -79,7 +82,8 @@ def pilot(records: list[dict]) -> dict:
         heads[head] = {"epoch": plateau_epoch(val["step"], values, per_epoch), "steps": val["step"],
                        "values": values, "steps_per_epoch": per_epoch,
                        "best": max(v for v in values if v is not None)}
-    return {"heads": heads, "epochs": max(h["epoch"] for h in heads.values()) if len(heads) == len(HEADS) else None}
+    ran = [h for h in PILOT_HEADS if h in heads]
+    return {"heads": heads, "epochs": max(heads[h]["epoch"] for h in ran) if len(ran) == len(PILOT_HEADS) else None}
 
 
 # ---- gates -----------------------------------------------------------------------------------------------------

@@ -63,13 +63,22 @@ def test_plateau_epoch_is_the_first_epoch_no_later_validation_beats_by_more_than
     assert FS.plateau_epoch(steps, v, 100) == ref
 
 
-def test_the_pilot_sets_the_budget_only_when_all_four_heads_ran():
+def test_the_pilot_sets_the_budget_only_when_both_declared_heads_ran():
+    """Protocol change list 2026-12-02: the pilot trains flowclip_hnb and flowclip_cimr; E is the larger of their
+    plateau epochs, and a Global-M record (none is run) does not change it."""
     steps = [25 * i for i in range(1, 21)]
-    curves = {"val": {"step": steps, FS.SELECT_BINDING_VAL: [50 + 4 * min(i, 11) for i in range(20)]}}
-    recs = [_record(FS.head_cell("R", h), 0, {}, "flowclip_pilot", curves) for h in FS.HEADS]
-    assert FS.pilot(recs[:3])["epochs"] is None
-    p = FS.pilot(recs)
-    assert p["epochs"] == 3 and set(p["heads"]) == set(FS.HEADS) and p["heads"]["globalm_hnb"]["best"] == 94.0
+    fast = {"val": {"step": steps, FS.SELECT_BINDING_VAL: [50 + 4 * min(i, 7) for i in range(20)]}}   # plateau 2
+    slow = {"val": {"step": steps, FS.SELECT_BINDING_VAL: [50 + 4 * min(i, 11) for i in range(20)]}}  # plateau 3
+    hnb = _record(FS.head_cell("R", "flowclip_hnb"), 0, {}, "flowclip_pilot", fast)
+    cimr = _record(FS.head_cell("R", "flowclip_cimr"), 0, {}, "flowclip_pilot", slow)
+    globalm = _record(FS.head_cell("R", "globalm_hnb"), 0, {}, "flowclip_pilot",
+                      {"val": {"step": steps, FS.SELECT_BINDING_VAL: [50 + 2 * i for i in range(20)]}})
+    assert FS.PILOT_HEADS == ("flowclip_hnb", "flowclip_cimr")
+    assert FS.pilot([hnb])["epochs"] is None
+    assert FS.pilot([hnb, globalm])["epochs"] is None
+    p = FS.pilot([hnb, cimr])
+    assert p["epochs"] == 3 and p["heads"]["flowclip_hnb"]["epoch"] == 2 and p["heads"]["flowclip_cimr"]["best"] == 94.0
+    assert FS.pilot([hnb, cimr, globalm])["epochs"] == 3
 
 
 def test_gates_follow_the_declared_margins():
