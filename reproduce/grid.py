@@ -53,7 +53,9 @@ BUDGETS = ("smoke", "default", "long", "converged", "converged_x2", "flowclip_pi
 # The Flow-CLIP study (group 'fcstudy', docs/reproduction/flowclip_protocol.md): its bases and heads at the configs'
 # `select_binding,cpu` budget (the pilot: 5 head epochs), then the heads at the epochs the pilot sets.
 FLOWCLIP_STUDY_BUDGETS = ("flowclip_pilot", "flowclip")
-FLOWCLIP_HEAD_EPOCHS: int | None = None   # set from the pilot's validation curves, before the study's heads run
+# Set from the pilot's validation curves before the study's heads run (protocol change list, 2026-12-03): both
+# pilot heads were still rising at the cap, so E = 5 (flowclip_study.plateau_epoch on their records).
+FLOWCLIP_HEAD_EPOCHS: int | None = 5
 LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or epochs), same cadence per epoch
 CONVERGED_EPOCHS = {"converged": 10, "converged_x2": 20}
 VALIDATIONS_PER_EPOCH = 2
