@@ -63,7 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--shardings", default="data_parallel,fsdp")
     p.add_argument("--all-pairs", default="xla,rows")
     p.add_argument("--chunk", type=int, default=0, help="captions per chunk per device for rows (0 = min(5B, 1280))")
-    p.add_argument("--phase", default="hardest", choices=("warmup", "hardest"))
+    p.add_argument("--phase", default="hardest", choices=("warmup", "hardest"),
+                   help="MaxMatch triplet phase: hardest negatives, or the VSE0 all-negative warm-up (rows labelled "
+                        "'<model>_warmup')")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "scaling.json"))
     a = p.parse_args(argv)
     if a.quick:
@@ -236,7 +238,8 @@ def size_step(model: str, mesh_size: int, sharding: str, all_pairs: str, batch: 
     abstract_state = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                                             state_shape, shardings)
     replicated = NamedSharding(mesh, P())
-    step = jax.jit(make_train_step(task, tx, Phase("sized", 0, None, lambda s: phase_value)),
+    step = jax.jit(make_train_step(task, tx, Phase("sized", 0, None, lambda s: phase_value),
+                                   gather_params=sharding == "fsdp"),
                    in_shardings=(shardings, {k: batch_sharding for k in shapes}, replicated),
                    out_shardings=(shardings, replicated), donate_argnums=(0,))
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=replicated)
@@ -250,7 +253,8 @@ def size_step(model: str, mesh_size: int, sharding: str, all_pairs: str, batch: 
     n_params = int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params_shape)))
     per_device = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
                   + mem.temp_size_in_bytes)
-    return {"model": model, "mesh": mesh_size, "sharding": sharding, "all_pairs": all_pairs if model == "maxmatch"
+    label = model if model != "maxmatch" or args.phase == "hardest" else "maxmatch_warmup"
+    return {"model": label, "mesh": mesh_size, "sharding": sharding, "all_pairs": all_pairs if model == "maxmatch"
             else "head", "batch": batch, "chunk": layout.chunk if model == "maxmatch" else None,
             "params": n_params, "bytes_per_device": int(per_device),
             "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
@@ -294,7 +298,7 @@ def size_objective(mesh_size: int, all_pairs: str, batch: int, args) -> dict:
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return {"model": "objective", "mesh": mesh_size, "sharding": "data_parallel", "all_pairs": all_pairs,
+    return {"model": "objective" if args.phase == "hardest" else "objective_warmup", "mesh": mesh_size, "sharding": "data_parallel", "all_pairs": all_pairs,
             "batch": batch, "chunk": layout.chunk, "params": 0,
             "bytes_per_device": int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
                                     + mem.temp_size_in_bytes),

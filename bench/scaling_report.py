@@ -96,10 +96,16 @@ def plot(rows, path):
             ax.text(1100, cap * 1.08, f"{cap} GiB", color="gray", fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        batches = sorted({r["batch"] for r in rows if "error" not in r})
+        ax.set_xticks(batches, [f"{b // 1024}K" if b >= 1024 else str(b) for b in batches])
+        ax.minorticks_off()
         ax.set_xlabel("global batch (images per step; 5 captions each)")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="upper left")
+        else:
+            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", color="gray")
     axes[0].set_ylabel("compiled memory per device (GiB, log scale)")
     fig.suptitle("Per-device memory of one training step against global batch "
                  "(dashed: all-pairs as one block tensor, XLA layout; solid: sharded by rows, chunked)", fontsize=11)
@@ -120,7 +126,8 @@ def main(argv=None):
         data = json.load(open(path))
         rows += data["rows"]
         print(f"- `{os.path.relpath(path, REPO)}` (`bench/scaling.py {' '.join(data['argv'])}`): {len(data['rows'])} "
-              f"cases in {data['wall_s'] / 60:.0f} min; {data['machine']}")
+              f"cases in {data['wall_s'] / 60:.0f} min; {data['machine']}" + (f" — {data['note']}" if data.get("note")
+                                                                              else ""))
     print()
     print("### Largest global batch per chip budget\n")
     print(fit_table(rows) + "\n")

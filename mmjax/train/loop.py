@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
 from mmjax.train.checkpoint import Checkpointer
 from mmjax.train.export import export_params
@@ -56,15 +57,22 @@ def _cast_floating(tree, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32"):
+def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32", gather_params: bool = False):
     """The pure step of one training `phase` (`mmjax.train.task`). `compute_dtype='bfloat16'` runs the model on bf16
-    copies of the f32 params and of the task's `float_inputs`."""
+    copies of the f32 params and of the task's `float_inputs`. `gather_params=True` (the `fsdp` preset): the stored
+    parameters stay split, and the step all-gathers them once before the forward pass (their gradients come back
+    reduce-scattered), so every activation keeps the batch layout; left to itself, XLA's propagation carried the
+    weights' split into the activations and resharded them ("involuntary full rematerialization": 114 GiB of
+    collectives per step for MaxMatch + BERT-base at B = 1K on 8 devices, docs/scaling.md). Needs the mesh in context
+    (`jax.set_mesh`)."""
     float_inputs = tuple(task.float_inputs)
 
     def step(state: TrainState, batch: dict, rng):
         phase_value = phase.value(state.step)
 
         def loss_fn(params):
+            if gather_params:
+                params = jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, P()), params)
             p, b = params, batch
             if compute_dtype != "float32":
                 p = _cast_floating(params, jnp.dtype(compute_dtype))
@@ -184,7 +192,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         in_shardings = (state_shardings, {k: b_shard for k in sample}, replicated(mesh))
         out_shardings = (state_shardings, replicated(mesh))
         # One step function per phase (`Task.phases`), compiled when the phase is first reached.
-        steps = [jax.jit(make_train_step(task, tx, p, compute_dtype=config.train.compute_dtype),
+        gather = config.sharding.get("preset", "rules") == "fsdp"
+        steps = [jax.jit(make_train_step(task, tx, p, compute_dtype=config.train.compute_dtype, gather_params=gather),
                          in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,)) for p in phases]
 
         def step_fn(step):
