@@ -25,11 +25,17 @@
 #
 # This notebook looks at every set similarity of `mmjax.similarity` on the same pairs, runs each solver of
 # `mmjax.matching` on one block, times a batch of blocks against a scipy loop, shows where `jax.grad` of S_H goes,
-# and what happens with ties and padded (masked) elements. It runs on CPU in well under a minute.
+# and what happens with ties and padded (masked) elements. It runs on a CPU in about a minute.
+#
+# *Wall time at full size: 78 s for the whole notebook (executed with nbclient on 2026-12-03; 2 CPU cores, x86_64,
+# jax CPU backend), with the 1-minute load average at 7.2 → 8.3: other jobs shared the two cores, so an idle machine
+# is faster. The test size (`MMJAX_NOTEBOOK_SMOKE=1`) took 58 s at the same load, mostly start-up and compilation.*
 
 # %%
 import os
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -38,8 +44,17 @@ import numpy as np
 from IPython.display import Markdown, display
 from scipy.optimize import linear_sum_assignment
 
+import mmjax
 from mmjax import matching
 from mmjax.similarity import KINDS, block_similarity, pairwise_set_similarity
+
+# notebooks/helpers.py is imported from the repository root: under Jupyter the kernel starts in notebooks/, whose
+# parent is the root; run from elsewhere, the root is the checkout mmjax was imported from (PYTHONPATH or editable).
+for _dir in (Path.cwd(), *Path.cwd().parents, Path(mmjax.__file__).resolve().parents[1]):
+    if (_dir / "notebooks" / "helpers.py").is_file():
+        sys.path.insert(0, str(_dir))
+        break
+from notebooks.helpers import index_ticks, show, table, unit  # noqa: E402
 
 # Reference precision for float32 matmuls (accelerators would otherwise use TF32 / bf16 passes).
 jax.config.update("jax_default_matmul_precision", "float32")
@@ -47,25 +62,6 @@ SMOKE = os.environ.get("MMJAX_NOTEBOOK_SMOKE") == "1"
 BATCH = 64 if SMOKE else 2048  # blocks in the jit/vmap timing
 TIMING_K = (4,) if SMOKE else (4, 6)  # block sizes timed (each one compiles three solvers)
 ROUNDS = 5  # timing rounds, variants alternated within each round
-
-
-def show(fig):
-    """Display a figure once and free it (explicit, so it works under any matplotlib backend)."""
-    display(fig)
-    plt.close(fig)
-
-
-def table(header, rows, fmt="{:.4f}"):
-    """A markdown table from a header and rows of str / numbers."""
-    cell = lambda v: fmt.format(v) if isinstance(v, (float, np.floating)) else str(v)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return Markdown("\n".join(lines))
-
-
-def unit(x):
-    x = np.asarray(x, np.float32)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
 print("jax", jax.__version__, "backend", jax.default_backend(), "| smoke" if SMOKE else "| full size")
@@ -106,7 +102,7 @@ for kind in KINDS:
     rows.append(row)
 display(Markdown("**Set similarity of image set V (K_V = 4) and three caption sets (K_T = 3)**; "
                  "`sinkhorn_soft` uses V's first 3 elements (square blocks only)."))
-display(table(["kind", *pairs], rows))
+display(table(["kind", *pairs], rows, fmt="{:.4f}"))
 
 # %% [markdown]
 # ## 2. One block, four solvers
@@ -122,30 +118,32 @@ block = np.asarray(unit(rng.normal(size=(K, D))) @ unit(rng.normal(size=(K, D)))
 r_opt, c_opt = linear_sum_assignment(block, maximize=True)
 optimum = block[r_opt, c_opt].sum()
 
-fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
+fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
 rows = []
 for ax, method in zip(axes, ("enumerate", "auction", "hungarian", "sinkhorn")):
     if method == "sinkhorn":
         plan = np.asarray(matching.sinkhorn_plan(jnp.asarray(block), tau=0.05, iters=20))
         im = ax.imshow(plan, cmap="magma", vmin=0, vmax=1)
+        cbar_label = r"plan mass $P_{ij}$"
         cols = plan.argmax(axis=1)
         ax.set_title(f"sinkhorn plan P (τ=0.05)\nΣ P⊙C = {np.sum(plan * block):.4f}", fontsize=9)
         total = float(np.sum(plan * block))
     else:
         cols = np.asarray(matching.solve(jnp.asarray(block), method))
         im = ax.imshow(block, cmap="viridis", vmin=-1, vmax=1)
+        cbar_label = r"cosine $C_{ij}$"
         total = float(block[np.arange(K), cols].sum())
         ax.set_title(f"{method}: Σ matched C = {total:.4f}", fontsize=9)
     ax.scatter(cols, np.arange(K), marker="s", s=260, facecolors="none", edgecolors="red", linewidths=2)
-    ax.set_xlabel("caption element j")
-    ax.set_ylabel("image element i")
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    index_ticks(ax, K, K)
+    fig.colorbar(im, ax=ax, fraction=0.046, label=cbar_label)
     rows.append([method, str(cols.tolist()), total, "yes" if abs(total - optimum) < 1e-5 else "no (soft)"])
-fig.suptitle("block C (cosines) with the chosen cells (red squares); right: Sinkhorn's soft plan", fontsize=10)
+fig.suptitle("block C (cosines) with each solver's matched cells (red squares); right: Sinkhorn's soft plan P, "
+             "red = its row-wise argmax", fontsize=10)
 fig.tight_layout()
 show(fig)
 display(table(["solver", "cols (row → column)", "total", "= scipy optimum"],
-              rows + [["scipy linear_sum_assignment", str(c_opt.tolist()), float(optimum), "—"]]))
+              rows + [["scipy linear_sum_assignment", str(c_opt.tolist()), float(optimum), "—"]], fmt="{:.4f}"))
 
 # %% [markdown]
 # ## 3. A batch of blocks under `jit` / `vmap`, against a scipy loop
@@ -216,18 +214,19 @@ expected_v = np.exp(np.asarray(c)[np.arange(4), cols])[:, None] * np.asarray(t)[
 np.testing.assert_allclose(g_v, expected_v, rtol=1e-5, atol=1e-7)
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
-for ax, g, title in ((axes[0], g_c, "∂S_H/∂C (MaxMatch)"), (axes[1], g_chamfer, "∂S/∂C (smooth-Chamfer, α=16)")):
-    im = ax.imshow(g, cmap="Blues")
+for ax, g, title, label in ((axes[0], g_c, "∂S_H/∂C (MaxMatch)", r"$\partial S_H / \partial C_{ij}$"),
+                            (axes[1], g_chamfer, "∂S/∂C (smooth-Chamfer, α=16)", r"$\partial S / \partial C_{ij}$")):
+    im = ax.imshow(g, cmap="Blues", vmin=0)
     ax.scatter(cols, np.arange(4), marker="s", s=300, facecolors="none", edgecolors="red", linewidths=2)
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("caption element j")
-    ax.set_ylabel("image element i")
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    ax.set_title(title + "; red = S_H's matched cells", fontsize=9)
+    index_ticks(ax, 4, 4)
+    fig.colorbar(im, ax=ax, fraction=0.046, label=label)
 cos_to_partner = np.sum(unit(g_v) * np.asarray(t)[cols], axis=1)
 axes[2].bar(np.arange(4), np.linalg.norm(g_v, axis=1), color="tab:blue")
 for i, cp in enumerate(cos_to_partner):
-    axes[2].text(i, 0.002, f"cos to t_{cols[i]}\n{cp:.3f}", ha="center", fontsize=7, color="w")
+    axes[2].text(i, 0.004, f"cos to t_{cols[i]}\n{cp:.3f}", ha="center", fontsize=8, color="w")
 axes[2].set_title("‖∂S_H/∂v_i‖: each along its partner t_π(i)", fontsize=9)
+axes[2].set_xticks(range(4))
 axes[2].set_xlabel("image element i")
 axes[2].set_ylabel("gradient norm")
 fig.tight_layout()
@@ -281,7 +280,6 @@ for i in range(4):
 ax.scatter(cols[row_mask], np.flatnonzero(row_mask), marker="s", s=300, facecolors="none", edgecolors="red",
            linewidths=2)
 ax.set_title("masked block: hatched = padded (score 0.99), red = matched", fontsize=9)
-ax.set_xlabel("caption element j")
-ax.set_ylabel("image element i")
-fig.colorbar(im, ax=ax, fraction=0.046)
+index_ticks(ax, 4, 4)
+fig.colorbar(im, ax=ax, fraction=0.046, label=r"score $C_{ij}$")
 show(fig)

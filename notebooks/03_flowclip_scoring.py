@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -27,15 +29,22 @@
 # α = 0 (LABCLIP's head). Training uses hard negatives (HNB) and optionally CIMR, a cross-image margin ranking that
 # asks the positive-vs-negative margin to come from *this* image rather than from a language prior.
 #
-# Everything is trained here, at a size that runs in minutes on a CPU: a small CLIP on ShapesWorld pixels
+# Everything is trained here, at a size that runs on a CPU: a small CLIP on ShapesWorld pixels
 # (`mmjax.models.clip`, `mmjax.losses.infonce_loss`), then four heads {Global-M, Flow-CLIP} × {HNB, HNB + CIMR}
 # (`mmjax.flowclip.flowclip_objective`), scored with `mmjax.flowclip.score_pairs`.
+#
+# *Wall time at full size: 27.7 min (1662 s) for the whole notebook (executed with nbclient on 2026-12-03; 2 CPU
+# cores, x86_64, jax CPU backend), with the 1-minute load average at 9.4 → 8.8: other jobs shared the two cores, so
+# an idle machine is much faster. Of it: 4.2 min to train the CLIP and 20.5 min for the four heads (HNB and CIMR
+# score all B × 2B pairs of a batch). The test size (`MMJAX_NOTEBOOK_SMOKE=1`) took 2.5 min at a similar load.*
 
 # %%
 import functools
 import math
 import os
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +53,10 @@ import ml_collections
 import numpy as np
 import optax
 from IPython.display import Markdown, display
+from matplotlib.ticker import MaxNLocator
 
+import mmjax
+from mmjax.batching import set_progress
 from mmjax.data import shapesworld
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld
 from mmjax.data.shapesworld.config import NEG_TYPE_ID
@@ -56,6 +68,15 @@ from mmjax.flowclip.scorer import icer_token_terms, safe_normalize, token_querie
 from mmjax.losses import infonce_loss
 from mmjax.models.factory import build_shapesworld_clip, count_params
 
+# notebooks/helpers.py is imported from the repository root: under Jupyter the kernel starts in notebooks/, whose
+# parent is the root; run from elsewhere, the root is the checkout mmjax was imported from (PYTHONPATH or editable).
+for _dir in (Path.cwd(), *Path.cwd().parents, Path(mmjax.__file__).resolve().parents[1]):
+    if (_dir / "notebooks" / "helpers.py").is_file():
+        sys.path.insert(0, str(_dir))
+        break
+from notebooks.helpers import show, table, unit  # noqa: E402
+
+set_progress(False)  # no progress bars (widgets) in the saved notebook: every library bar goes through mmjax.batching
 jax.config.update("jax_default_matmul_precision", "float32")
 SMOKE = os.environ.get("MMJAX_NOTEBOOK_SMOKE") == "1"
 if SMOKE:
@@ -68,19 +89,6 @@ FLOWCLIP = dict(alpha=1.0, tau_p=0.02, pool="logsumexp", cimr_kappa="logit_scale
                 mask_invalid_negatives=True, donor_tries=4, score_chunk_images=32, all_pairs="gram")
 HEADS = {"Global-M · HNB": (False, 0.0), "Global-M · HNB+CIMR": (False, 0.1),
          "Flow-CLIP · HNB": (True, 0.0), "Flow-CLIP · HNB+CIMR": (True, 0.1)}
-
-
-def show(fig):
-    """Display a figure once and free it (explicit, so it works under any matplotlib backend)."""
-    display(fig)
-    plt.close(fig)
-
-
-def table(header, rows, fmt="{:.3f}"):
-    cell = lambda v: fmt.format(v) if isinstance(v, (float, np.floating)) else str(v)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return Markdown("\n".join(lines))
 
 
 print(f"{'smoke' if SMOKE else 'full'} size: CLIP {CLIP_STEPS} steps × {CLIP_BATCH} images on {N_TRAIN} train "
@@ -112,10 +120,6 @@ clip_opt = optax.chain(optax.clip_by_global_norm(1.0),
                        optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 5e-4, max(1, CLIP_STEPS // 10),
                                                                       CLIP_STEPS), weight_decay=0.1))
 print(f"CLIP: {count_params(clip_vars['params']):,} parameters")
-
-
-def unit(x):
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 @jax.jit
@@ -171,6 +175,8 @@ clip_r = recall_at_k(cos, np.repeat(np.arange(N_TEST), 5))
 
 fig, ax = plt.subplots(1, 2, figsize=(10, 3))
 ax[0].plot([h[0] for h in clip_hist])
+for a in ax:
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
 ax[0].set_xlabel("step")
 ax[0].set_ylabel("InfoNCE loss")
 ax[0].set_title("CLIP pretraining loss", fontsize=9)
@@ -244,16 +250,32 @@ for name, (use_local, lam) in HEADS.items():
     heads[name] = train_head(use_local, lam)
 print(f"4 heads trained in {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.2f}")
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+
+
+def running_mean(values, window=10):
+    """Mean of the last `window` values at each step (the per-batch losses are noisy)."""
+    c = np.cumsum(np.insert(np.asarray(values, np.float64), 0, 0.0))
+    return np.array([(c[i + 1] - c[max(0, i + 1 - window)]) / min(window, i + 1) for i in range(len(values))])
+
+
+STYLE = {"Global-M · HNB": ("tab:blue", "-"), "Global-M · HNB+CIMR": ("tab:blue", "--"),
+         "Flow-CLIP · HNB": ("tab:red", "-"), "Flow-CLIP · HNB+CIMR": ("tab:red", "--")}
+reference = np.array([h["hnb"] for h in heads["Global-M · HNB"][1]])
+fig, axes = plt.subplots(1, 3, figsize=(15, 3.4))
 for name, (_, hist) in heads.items():
-    axes[0].plot([h["hnb"] for h in hist], label=name)
+    colour, dash = STYLE[name]
+    hnb = np.array([h["hnb"] for h in hist])
+    axes[0].plot(running_mean(hnb), color=colour, linestyle=dash, label=name)
+    axes[1].plot(hnb - reference, color=colour, linestyle=dash, label=name)
     if "cimr" in hist[0]:
-        axes[1].plot([h["cimr"] for h in hist], label=name)
-axes[0].set_title("HNB loss", fontsize=9)
-axes[1].set_title("CIMR loss (heads trained with it)", fontsize=9)
-for ax in axes:
+        axes[2].plot(running_mean([h["cimr"] for h in hist]), color=colour, linestyle=dash, label=name)
+axes[0].set_title("HNB loss (running mean of 10 steps)", fontsize=9)
+axes[1].set_title("HNB loss − Global-M · HNB's, per step (the curves on the left overlap)", fontsize=9)
+axes[2].set_title("CIMR loss, heads trained with it (running mean of 10 steps)", fontsize=9)
+for ax, ylabel in zip(axes, ("HNB loss", "difference in HNB loss", "CIMR loss")):
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
 fig.tight_layout()
 show(fig)
@@ -383,11 +405,12 @@ for ax, (name, res) in zip(axes.flat, controls.items()):
         ax.bar(x + 0.27 * (j - 1), acc, width=0.27, label=cond)
     ax.scatter(x, [res["chance"][t] for t in TASKS], marker="_", s=600, color="k", label="chance", zorder=3)
     ax.set_xticks(x, TASKS, fontsize=8)
+    ax.set_ylim(0, 100)
     ax.set_ylabel("accuracy (%)")
     ax.set_title(name, fontsize=9)
-    ax.legend(fontsize=7, ncol=4)
+fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="upper center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.96))
 fig.suptitle("ShapesWorld compositional suites: Real / Shuffle / Fixed image-replacement controls", fontsize=10)
-fig.tight_layout()
+fig.tight_layout(rect=(0, 0, 1, 0.93))
 show(fig)
 
 # %% [markdown]
