@@ -202,6 +202,25 @@ def flowclip_setup(quick: bool, batch: int):
     return Task(), batch_shapes, c.optim, None
 
 
+def compile_and_measure(mesh, jitted, *abstract_args) -> dict:
+    """Lower and compile `jitted` on `abstract_args` under `mesh`; per-device memory (arguments + outputs − donated +
+    temporaries), FLOPs, collective bytes from the optimised HLO, and the compile time."""
+    import jax
+    t0 = time.perf_counter()
+    with jax.set_mesh(mesh):
+        compiled = jitted.lower(*abstract_args).compile()
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return {"bytes_per_device": int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+                                    + mem.temp_size_in_bytes),
+            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
+            "alias_bytes": int(mem.alias_size_in_bytes), "temp_bytes": int(mem.temp_size_in_bytes),
+            "flops_per_device": float(cost.get("flops", float("nan"))) if cost else None,
+            "collective_bytes": collective_bytes(compiled.as_text()), "compile_s": round(compile_s, 1)}
+
+
 # ---- one compiled step -----------------------------------------------------------------------------------------
 
 def size_step(model: str, mesh_size: int, sharding: str, all_pairs: str, batch: int, args) -> dict:
@@ -243,24 +262,11 @@ def size_step(model: str, mesh_size: int, sharding: str, all_pairs: str, batch: 
                    in_shardings=(shardings, {k: batch_sharding for k in shapes}, replicated),
                    out_shardings=(shardings, replicated), donate_argnums=(0,))
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=replicated)
-    t0 = time.perf_counter()
-    with jax.set_mesh(mesh):
-        compiled = step.lower(abstract_state, abstract_batch, rng).compile()
-    compile_s = time.perf_counter() - t0
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     n_params = int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params_shape)))
-    per_device = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-                  + mem.temp_size_in_bytes)
     label = model if model != "maxmatch" or args.phase == "hardest" else "maxmatch_warmup"
     return {"model": label, "mesh": mesh_size, "sharding": sharding, "all_pairs": all_pairs if model == "maxmatch"
-            else "head", "batch": batch, "chunk": layout.chunk if model == "maxmatch" else None,
-            "params": n_params, "bytes_per_device": int(per_device),
-            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
-            "alias_bytes": int(mem.alias_size_in_bytes), "temp_bytes": int(mem.temp_size_in_bytes),
-            "flops_per_device": float(cost.get("flops", float("nan"))) if cost else None,
-            "collective_bytes": collective_bytes(compiled.as_text()), "compile_s": round(compile_s, 1)}
+            else "head", "batch": batch, "chunk": layout.chunk if model == "maxmatch" else None, "params": n_params,
+            **compile_and_measure(mesh, step, abstract_state, abstract_batch, rng)}
 
 
 def size_objective(mesh_size: int, all_pairs: str, batch: int, args) -> dict:
@@ -292,21 +298,9 @@ def size_objective(mesh_size: int, all_pairs: str, batch: int, args) -> dict:
         return maxmatch_objective(image, text, caption_image, c.loss, warmup=args.phase == "warmup",
                                   matching=c.get("matching"), all_pairs=layout)[0]
 
-    t0 = time.perf_counter()
-    with jax.set_mesh(mesh):
-        compiled = jax.jit(jax.grad(loss, (0, 1))).lower(sets(batch), sets(5 * batch), caption_image).compile()
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return {"model": "objective" if args.phase == "hardest" else "objective_warmup", "mesh": mesh_size, "sharding": "data_parallel", "all_pairs": all_pairs,
-            "batch": batch, "chunk": layout.chunk, "params": 0,
-            "bytes_per_device": int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-                                    + mem.temp_size_in_bytes),
-            "argument_bytes": int(mem.argument_size_in_bytes), "output_bytes": int(mem.output_size_in_bytes),
-            "alias_bytes": int(mem.alias_size_in_bytes), "temp_bytes": int(mem.temp_size_in_bytes),
-            "flops_per_device": float(cost.get("flops", float("nan"))) if cost else None,
-            "collective_bytes": collective_bytes(compiled.as_text()),
-            "compile_s": round(time.perf_counter() - t0, 1)}
+    return {"model": "objective" if args.phase == "hardest" else "objective_warmup", "mesh": mesh_size,
+            "sharding": "data_parallel", "all_pairs": all_pairs, "batch": batch, "chunk": layout.chunk, "params": 0,
+            **compile_and_measure(mesh, jax.jit(jax.grad(loss, (0, 1))), sets(batch), sets(5 * batch), caption_image)}
 
 
 def machine() -> str:

@@ -71,7 +71,7 @@ class AllPairsLayout:
             raise ValueError("AllPairsLayout('xla').pair_mean: the 'xla' layout computes the whole kernel")
         m = y.shape[0]
         bound = self.chunk * points_per_set if self.chunk else m
-        chunk = max(c for c in range(1, min(bound, m) + 1) if m % c == 0)
+        chunk = next(c for c in range(min(bound, m), 0, -1) if m % c == 0)
         return sharded_pair_mean(kernel, x, y, wx, wy, same=same, axes=self.axes, chunk=chunk)
 
     def replicate(self, x):
@@ -102,13 +102,23 @@ def _context_mesh(mesh, axes):
     return mesh
 
 
+def _check_divisible(fn: str, mesh, axes, **sizes) -> None:
+    """Each named leading size must split evenly over the devices along `axes`."""
+    n = 1
+    for ax in axes:
+        n *= mesh.shape[ax]
+    for name, size in sizes.items():
+        if size % n:
+            raise ValueError(f"{fn}: {name} has {size} rows, not divisible by the {n} devices of mesh axes {axes}")
+
+
 def _chunk_size(chunk: int, m: int) -> int:
     if chunk == 0 or chunk >= m:
         return m
     if m % chunk:
-        divisors = [c for c in range(1, m + 1) if m % c == 0 and c <= chunk]
+        largest = next(c for c in range(chunk, 0, -1) if m % c == 0)
         raise ValueError(f"sharding.all_pairs_chunk={chunk} does not divide the {m} gathered captions; the largest "
-                         f"chunk that does is {divisors[-1]}")
+                         f"chunk that does is {largest}")
     return chunk
 
 
@@ -132,13 +142,7 @@ def sharded_pairwise_set_similarity(a, b, kind: str, a_mask=None, b_mask=None, *
     else:
         a = prepare_sets("a", a, a_mask, normalize, fn="sharded_pairwise_set_similarity")
         b = prepare_sets("b", b, b_mask, normalize, fn="sharded_pairwise_set_similarity")
-    n = 1
-    for ax in axes:
-        n *= mesh.shape[ax]
-    for name, x in (("images (a)", a), ("captions (b)", b)):
-        if x.shape[0] % n:
-            raise ValueError(f"sharded_pairwise_set_similarity: {name} batch {x.shape[0]} is not divisible by the "
-                             f"{n} devices of mesh axes {axes}")
+    _check_divisible("sharded_pairwise_set_similarity", mesh, axes, images=a.shape[0], captions=b.shape[0])
     c = _chunk_size(int(chunk), b.shape[0])
     # Masks travel as arrays (all True when absent) so every shard_map input has a batch dimension.
     am = jnp.ones(a.shape[:2], bool) if a_mask is None else a_mask
@@ -172,13 +176,7 @@ def sharded_pair_mean(kernel, x, y, wx, wy, *, same: bool = False, mesh=None, ax
     one psum joins the devices. N_x and N_y must be divisible by the devices along `axes`."""
     axes = tuple(axes)
     mesh = _context_mesh(mesh, axes)
-    n = 1
-    for ax in axes:
-        n *= mesh.shape[ax]
-    for name, v in (("x", x), ("y", y)):
-        if v.shape[0] % n:
-            raise ValueError(f"sharded_pair_mean: {name} has {v.shape[0]} points, not divisible by the {n} devices "
-                             f"of mesh axes {axes}")
+    _check_divisible("sharded_pair_mean", mesh, axes, x=x.shape[0], y=y.shape[0])
     c = _chunk_size(int(chunk), y.shape[0])
     spec = P(axes)
 

@@ -107,8 +107,9 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
     if hard_negative == "max":
         # The hardest negative caption of anchor n is that of its image i_n: one max per image row, then indexed
         # by caption (never the [N_t, N_t] matrix S[i_n, :], which at a global batch of B images is 25·B² floats).
-        hardest_caption = jnp.max(jnp.where(neg, scores, _NEG), axis=1)[caption_image]
-        hardest_image = jnp.max(jnp.where(neg, scores, _NEG), axis=0)
+        negatives = jnp.where(neg, scores, _NEG)
+        hardest_caption = jnp.max(negatives, axis=1)[caption_image]
+        hardest_image = jnp.max(negatives, axis=0)
         i2t = jnp.where(jnp.any(neg, 1)[caption_image], jax.nn.relu(margin + hardest_caption - s_pos), 0.0)
         t2i = jnp.where(jnp.any(neg, 0), jax.nn.relu(margin + hardest_image - s_pos), 0.0)
         if reduction == "mean":
