@@ -341,7 +341,8 @@ def main(argv=None):
         else:
             coll = gib(sum(row["collective_bytes"].values()))
             print(f"[scaling] {i}/{len(plan)} {m:8s} mesh {n:3d} {s:13s} {a:4s} B={b:6d}: "
-                  f"{gib(row['bytes_per_device']):8.2f} GiB/device, {row['flops_per_device'] / 1e9:10.1f} GFLOP/device, "
+                  f"{gib(row['bytes_per_device']):8.2f} GiB/device, "
+                  f"{row['flops_per_device'] / 1e9:10.1f} GFLOP/device, "
                   f"collectives {coll:7.2f} GiB, compile {row['compile_s']:.0f}s (elapsed {elapsed / 60:.1f} min, "
                   f"ETA {eta / 60:.1f} min)", flush=True)
         os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -102,8 +102,9 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
                        image_valid=None, caption_valid=None, matching=None, all_pairs: AllPairsLayout | None = None):
     """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring); `matching`: the
     `config.matching` solver options (see `similarity_options`); `all_pairs`: how S is laid out over the mesh
-    (`mmjax.sharded_similarity.AllPairsLayout`, from `config.sharding`; None = one block tensor). `warmup`: True (VSE0 all-negative triplet), False
-    (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the all-negative form during the ramp.
+    (`mmjax.sharded_similarity.AllPairsLayout`, from `config.sharding`; None = one block tensor). `warmup`: True
+    (VSE0 all-negative triplet), False (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the
+    all-negative form during the ramp.
 
     Concrete `caption_image` (host numpy, eager calls) must lie in [0, N_images): an out-of-range index raises
     ValueError before any scoring (a negative one would silently wrap to the last image). Under jit the indices are

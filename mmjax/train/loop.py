@@ -60,8 +60,9 @@ def _cast_floating(tree, dtype):
 def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32", gather_params: bool = False):
     """The pure step of one training `phase` (`mmjax.train.task`). `compute_dtype='bfloat16'` runs the model on bf16
     copies of the f32 params and of the task's `float_inputs`. `gather_params=True` (the `fsdp` preset): the stored
-    parameters stay split, and the step all-gathers them once before the forward pass (their gradients come back
-    reduce-scattered), so every activation keeps the batch layout; left to itself, XLA's propagation carried the
+    parameters stay split, and the step all-gathers them once before the forward pass (their gradients are reduced
+    and returned to the split layout; XLA chose an all-reduce then a slice here), so every activation keeps the batch
+    layout; left to itself, XLA's propagation carried the
     weights' split into the activations and resharded them ("involuntary full rematerialization": 114 GiB of
     collectives per step for MaxMatch + BERT-base at B = 1K on 8 devices, docs/scaling.md). Needs the mesh in context
     (`jax.set_mesh`)."""
