@@ -23,6 +23,16 @@ whose (5B·K)² caption-caption kernel is the largest quadratic term of a step t
     mean_w k = Σ_ij w_i v_j k(x_i, y_j) / max(Σ_i w_i · Σ_j v_j, 1),   rows i on their device, columns j gathered
                and taken `chunk` at a time; the partial sums meet in one psum.
 
+The VSE0 warm-up's image-to-text hinge sum pairs every anchor caption n with its image's whole row,
+H = Σ_n a_n Σ_m N[i_n, m] [δ + S[i_n, m] − s_n]_+ (`mmjax.losses.ranking`), an [M, M] matrix when formed at once
+(25·B² floats: the largest tensor of a warm-up step). `sharded_anchor_hinge_sum` streams it where the rows live:
+
+    device d sorts the gathered anchors by image (a permutation of M indices), walks them `chunk` at a time and
+    scores a chunk only if one of its anchors has its image among R_d (`lax.cond`; the others cost a branch);
+    one psum joins the partial sums.
+
+so a device holds [chunk, M] hinges at a time, and visits about M/n anchors.
+
 The mesh comes from `mesh=` or from the context (`jax.set_mesh(mesh)`, which `mmjax.train` enters around its step).
 Config: `sharding.all_pairs = 'rows'` and `sharding.all_pairs_chunk` (docs/scaling.md).
 """
@@ -73,6 +83,13 @@ class AllPairsLayout:
         bound = self.chunk * points_per_set if self.chunk else m
         chunk = next(c for c in range(min(bound, m), 0, -1) if m % c == 0)
         return sharded_pair_mean(kernel, x, y, wx, wy, same=same, axes=self.axes, chunk=chunk)
+
+    def anchor_hinge_sum(self, scores, neg, caption_image, s_pos, anchor, margin):
+        """`sharded_anchor_hinge_sum` under this layout (`chunk` anchors at a time; 0 = all)."""
+        if self.kind == "xla":
+            raise ValueError("AllPairsLayout('xla').anchor_hinge_sum: the 'xla' layout gathers the rows at once")
+        return sharded_anchor_hinge_sum(scores, neg, caption_image, s_pos, anchor, margin, axes=self.axes,
+                                        chunk=self.chunk)
 
     def replicate(self, x):
         """`x` (a per-caption vector: caption→image indices, validity) replicated on every device under 'rows', so
@@ -210,3 +227,45 @@ def _linear_axis_index(axes, mesh):
     for ax in axes:
         index = index * mesh.shape[ax] + jax.lax.axis_index(ax)
     return index
+
+
+def sharded_anchor_hinge_sum(scores, neg, caption_image, s_pos, anchor, margin, *, mesh=None, axes=("data",),
+                             chunk: int = 0):
+    """H = Σ_n a_n Σ_m N[i_n, m] [δ + S[i_n, m] − s_n]_+ (`mmjax.losses.ranking.dense_anchor_hinge_sum`) for S and N
+    [B, M] split by rows over `axes` and per-caption i_n, s_n, a_n [M]; each device streams the anchors whose image
+    is among its rows, `chunk` at a time (0 = all M), each chunk rematerialised in the backward pass (module
+    docstring). B and M must be divisible by the devices along `axes`."""
+    axes = tuple(axes)
+    mesh = _context_mesh(mesh, axes)
+    _check_divisible("sharded_anchor_hinge_sum", mesh, axes, images=scores.shape[0], captions=scores.shape[1])
+    m = scores.shape[1]
+    c = m if chunk <= 0 else min(int(chunk), m)
+    pad = -m % c
+    spec = P(axes)
+
+    def local(s_rows, neg_rows, image_of, s_n, a_n):
+        rows = s_rows.shape[0]
+        first_row = _linear_axis_index(axes, mesh) * rows
+        # The per-caption vectors arrive split like the captions and are gathered here, so that their cotangents
+        # (s_n's) go back through all_gather's transpose, a reduce-scatter summing every device's share.
+        image_of, s_n, a_n = (jax.lax.all_gather(v, axes, tiled=True) for v in (image_of, s_n, a_n))
+        order = jnp.argsort(image_of, stable=True)
+        row = image_of[order] - first_row
+        mine = a_n[order] & (row >= 0) & (row < rows)
+        s_n = s_n[order]
+        row, mine, s_n = (jnp.pad(v, (0, pad)) for v in (row, mine, s_n))
+
+        def chunk_sum(r, ok, s):
+            r = jnp.clip(r, 0, rows - 1)
+            w = neg_rows[r] & ok[:, None]
+            return jnp.sum(jnp.where(w, jax.nn.relu(margin + s_rows[r] - s[:, None]), 0.0))
+
+        @jax.checkpoint   # around the branch too: a checkpoint inside it still kept [chunk, M] residuals per chunk
+        def visit(xs):
+            return jax.lax.cond(jnp.any(xs[1]), chunk_sum, lambda *_: jnp.zeros((), s_rows.dtype), *xs)
+
+        parts = jax.lax.map(visit, (row.reshape(-1, c), mine.reshape(-1, c), s_n.reshape(-1, c)))
+        return jax.lax.psum(jnp.sum(parts), axes)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(axes, None), P(axes, None), spec, spec, spec), out_specs=P(),
+                         check_vma=False)(scores, neg, caption_image, s_pos, anchor)

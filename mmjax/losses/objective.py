@@ -134,8 +134,9 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
     if cfg.score_units == "cosine":
         scores = cosine_units(scores, cfg.similarity, cfg.s_h)
     valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
+    streamed = dict(anchor_hinge_sum=layout.anchor_hinge_sum) if layout.kind != "xla" else {}
     tri_all = functools.partial(triplet_loss, scores, caption_image, margin=cfg.margin, hard_negative="all",
-                                reduction=cfg.warmup_reduction, **valid)
+                                reduction=cfg.warmup_reduction, **valid, **streamed)
     tri_hard = functools.partial(triplet_loss, scores, caption_image, margin=cfg.margin,
                                  hard_negative=cfg.hard_negative, reduction=cfg.reduction, **valid)
     if isinstance(warmup, bool):

@@ -10,7 +10,14 @@ Triplet, hardest negative (`hard_negative='max'`, Set Div / VSE++ `max_violation
     L_tri = L_i2t + L_t2i
 
 VSE0 warm-up (`hard_negative='all'`): the max is replaced by all negatives, averaged over (anchor, negative) pairs
-(`reduction='mean'`, Set Div) or summed (`'sum'`, the VSE∞ convention).
+(`reduction='mean'`, Set Div) or summed (`'sum'`, the VSE∞ convention). Its image-to-text numerator
+
+    H = Σ_n a_n Σ_m N[i_n, m] · [δ + S[i_n, m] − s_n]_+        (a_n: anchor n valid; N: the negative mask)
+
+pairs every anchor with its image's whole row, an [N_t, N_t] matrix when formed at once; `anchor_hinge_sum` (a
+callable with `dense_anchor_hinge_sum`'s signature) computes it another way — `AllPairsLayout('rows')` streams it
+per device over its own rows (`mmjax.sharded_similarity.sharded_anchor_hinge_sum`). The denominator needs no
+pairs: Σ_n a_n · |{m: N[i_n, m]}|.
 
 Symmetric multi-positive InfoNCE over Z = S/τ:
 
@@ -86,9 +93,18 @@ def _mean(x, w):
     return jnp.sum(jnp.where(w, x, 0.0)) / jnp.maximum(jnp.sum(w), 1)
 
 
+def dense_anchor_hinge_sum(scores, neg, caption_image, s_pos, anchor, margin):
+    """H = Σ_n a_n Σ_m N[i_n, m] [δ + S[i_n, m] − s_n]_+ with the rows S[i_n, :] gathered as one [N_t, N_t] matrix
+    (module docstring)."""
+    w = neg[caption_image] & anchor[:, None]
+    return jnp.sum(jnp.where(w, jax.nn.relu(margin + scores[caption_image] - s_pos[:, None]), 0.0))
+
+
 def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: str = "max",
-                 reduction: str = "mean", image_ids=None, image_valid=None, caption_valid=None):
-    """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"}).
+                 reduction: str = "mean", image_ids=None, image_valid=None, caption_valid=None,
+                 anchor_hinge_sum=None):
+    """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"}). `anchor_hinge_sum`:
+    how the all-negative form's image-to-text sum H is computed (None: the [N_t, N_t] rows at once).
 
     Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
@@ -117,16 +133,12 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
         else:
             i2t, t2i = jnp.sum(jnp.where(anchor, i2t, 0.0)), jnp.sum(jnp.where(anchor, t2i, 0.0))
     else:
-        rows = scores[caption_image]                                              # S[i_n, :] as [N_t, N_t]
-        neg_rows = neg[caption_image]
-        w_i2t = neg_rows & anchor[:, None]
+        i2t = (anchor_hinge_sum or dense_anchor_hinge_sum)(scores, neg, caption_image, s_pos, anchor, margin)
         w_t2i = neg & anchor[None, :]
-        h_i2t = jax.nn.relu(margin + rows - s_pos[:, None])
-        h_t2i = jax.nn.relu(margin + scores - s_pos[None, :])
+        t2i = jnp.sum(jnp.where(w_t2i, jax.nn.relu(margin + scores - s_pos[None, :]), 0.0))
         if reduction == "mean":
-            i2t, t2i = _mean(h_i2t, w_i2t), _mean(h_t2i, w_t2i)
-        else:
-            i2t, t2i = jnp.sum(jnp.where(w_i2t, h_i2t, 0.0)), jnp.sum(jnp.where(w_t2i, h_t2i, 0.0))
+            pairs_i2t = jnp.sum(jnp.where(anchor, jnp.sum(neg, 1)[caption_image], 0))   # Σ_n a_n |N[i_n, :]|
+            i2t, t2i = i2t / jnp.maximum(pairs_i2t, 1), t2i / jnp.maximum(jnp.sum(w_t2i), 1)
     return i2t + t2i, {"i2t": i2t, "t2i": t2i}
 
 

@@ -157,7 +157,7 @@ def test_missing_heads_and_the_report_section():
     assert FS.build({}) is None and "No records yet" in "\n".join(FS.section(None, report.tables.markdown_table))
 
 
-def test_the_grid_has_the_study_cells_on_one_base_seed():
+def test_the_grid_has_the_study_cells_on_one_base_seed(monkeypatch):
     cells = grid.make_grid(5, ["fcs_R_flowclip_cimr"])
     assert [(c.name, c.seed) for c in cells][:2] == [("fcs_base_R", 0), ("fcs_R_flowclip_cimr", 0)]
     assert {grid.clip_of(c).seed for c in cells if c.spec.needs_clip} == {0}
@@ -166,6 +166,9 @@ def test_the_grid_has_the_study_cells_on_one_base_seed():
     assert cfg.train.select_metric == "shapesworld_suites/binding_mean/real" and cfg.train.num_epochs == 5
     assert cfg.data.clip_workdir.endswith("cells/fcs_base_R/seed0")
     assert grid.build_config(cells[0], "flowclip_pilot", "/tmp/out").data.language_prior == grid.FCSTUDY_PRIOR
+    # The pilot fixed E (the protocol's change list, 2026-12-03); the study budget trains exactly E epochs.
+    assert grid.build_config(cells[-1], "flowclip", "/tmp/out").train.num_epochs == grid.FLOWCLIP_HEAD_EPOCHS == 5
+    monkeypatch.setattr(grid, "FLOWCLIP_HEAD_EPOCHS", None)
     with pytest.raises(ValueError, match="set by its pilot"):
         grid.build_config(cells[-1], "flowclip", "/tmp/out")
     with pytest.raises(ValueError, match="does not run at the 'default' budget"):

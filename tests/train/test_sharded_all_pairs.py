@@ -1,7 +1,7 @@
 """The all-pairs set score sharded by image rows and chunked over captions (issue #28 item 2,
 `mmjax.sharded_similarity`): on 8 simulated devices its values and gradients — and those of the whole MaxMatch
-objective in the warm-up, ramp and hardest-negative phases, and the MMD through `sharded_pair_mean` — equal one
-device's; the compiled per-device memory falls
+objective in the warm-up, ramp and hardest-negative phases, the MMD through `sharded_pair_mean` and the warm-up's
+hinge sum streamed by `sharded_anchor_hinge_sum` — equal one device's; the compiled per-device memory falls
 as the mesh grows at a fixed global batch and is below the block-tensor form's; training with
 `sharding.all_pairs=rows` follows the default layout's losses. In-process checks on one device: the layout's errors."""
 
@@ -51,6 +51,15 @@ def test_sharded_mmd_equals_the_whole_kernel(result):
 
 
 @pytest.mark.slow
+def test_streamed_warmup_hinge_equals_the_rows_at_once_and_holds_less(result):
+    r = result["hinge"]
+    assert abs(r["value"][0] - r["value"][1]) < 1e-5 * max(1.0, abs(r["value"][0])), r
+    assert r["grad_diff"] < 1e-5, r
+    # at once: the [640, 640] gathered rows and their hinges; streamed: S's own rows and [40, 640] at a time
+    assert r["memory"]["streamed"] < r["memory"]["at_once"] / 3, r["memory"]
+
+
+@pytest.mark.slow
 def test_per_device_memory_falls_as_the_mesh_grows(result):
     m = result["memory"]
     rows = [m[f"rows_{n}"] for n in (1, 2, 4, 8)]
@@ -95,6 +104,8 @@ def test_layout_errors_name_the_field_and_the_fix():
         sharded_pairwise_set_similarity(2 * a, b, "maxmatch", mesh=mesh)
     with pytest.raises(ValueError, match=r"sharding.all_pairs must be one of \('xla', 'rows'\), got 'ring'"):
         AllPairsLayout("ring")
+    with pytest.raises(ValueError, match=r"'xla' layout gathers the rows at once"):
+        AllPairsLayout("xla").anchor_hinge_sum(None, None, None, None, None, 0.2)
     with pytest.raises(ValueError, match=r"all_pairs_chunk must be >= 0"):
         AllPairsLayout("rows", chunk=-1)
 
