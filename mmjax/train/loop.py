@@ -41,7 +41,8 @@ from mmjax.train.checkpoint import Checkpointer
 from mmjax.train.export import export_params
 from mmjax.train.logging import MetricWriter, Progress
 from mmjax.train.optim import make_optimizer
-from mmjax.train.sharding import FSDP_MIN_SIZE, batch_sharding, make_mesh, replicated, rules_for, shard_batch
+from mmjax.train.sharding import (FSDP_MIN_SIZE, batch_sharding, forward_shardings, make_mesh, replicated, rules_for,
+                                  shard_batch)
 from mmjax.models.factory import count_params
 from mmjax.train.state import TrainState, abstract_with_shardings, create_train_state
 from mmjax.train.preemption import STOP, TIME_DUE, StopSignals, TrainingPreempted, agree
@@ -57,9 +58,11 @@ def _cast_floating(tree, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32", gather_params: bool = False):
+def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32", gather_params=False):
     """The pure step of one training `phase` (`mmjax.train.task`). `compute_dtype='bfloat16'` runs the model on bf16
-    copies of the f32 params and of the task's `float_inputs`. `gather_params=True` (the `fsdp` preset): the stored
+    copies of the f32 params and of the task's `float_inputs`. `gather_params`: True (every parameter replicated) or
+    a tree of shardings like the params (`mmjax.train.sharding.forward_shardings`: the leaves under "fsdp" rules
+    replicated, others as stored), set whenever a sharding rule is "fsdp": the stored
     parameters stay split, and the step all-gathers them once before the forward pass (their gradients are reduced
     and returned to the split layout; XLA chose an all-reduce then a slice here), so every activation keeps the batch
     layout; left to itself, XLA's propagation carried the
@@ -72,8 +75,10 @@ def make_train_step(task, tx, phase: Phase, *, compute_dtype: str = "float32", g
         phase_value = phase.value(state.step)
 
         def loss_fn(params):
-            if gather_params:
+            if gather_params is True:
                 params = jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, P()), params)
+            elif gather_params is not False and gather_params is not None:
+                params = jax.lax.with_sharding_constraint(params, gather_params)
             p, b = params, batch
             if compute_dtype != "float32":
                 p = _cast_floating(params, jnp.dtype(compute_dtype))
@@ -193,7 +198,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         in_shardings = (state_shardings, {k: b_shard for k in sample}, replicated(mesh))
         out_shardings = (state_shardings, replicated(mesh))
         # One step function per phase (`Task.phases`), compiled when the phase is first reached.
-        gather = config.sharding.get("preset", "rules") == "fsdp"
+        gather = forward_shardings(params_shape, rules_for(config.sharding), mesh,
+                                   config.sharding.get("fsdp_min_size", FSDP_MIN_SIZE))
         steps = [jax.jit(make_train_step(task, tx, p, compute_dtype=config.train.compute_dtype, gather_params=gather),
                          in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=(0,)) for p in phases]
 

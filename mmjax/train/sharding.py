@@ -16,8 +16,8 @@ Presets (`sharding.preset`, one flag instead of a rule list; `rules_for(config.s
     "fsdp"            every leaf of the train state — parameters *and* their optimiser moments, which follow the same
                       paths under `opt_state/…` — with at least `sharding.fsdp_min_size` elements (default 2¹⁴) split
                       over the `fsdp` axis (or `data`), smaller leaves (biases, norms, scalars) replicated. The step
-                      stays one jitted function; XLA inserts the all-gathers of the sharded weights and the
-                      reduce-scatters of their gradients.
+                      stays one jitted function and gathers the split weights once before the forward pass
+                      (`forward_shardings`; so does any rule list with an "fsdp" entry).
     e.g. `python train.py --config configs/maxmatch_shapes.py --config.sharding.preset=fsdp`. Meshes are built with Auto axis types (the `jax.make_mesh` default, Explicit, changes the
 semantics of ordinary jnp code).
 """
@@ -120,6 +120,17 @@ def tree_shardings(abstract_tree, rules, mesh: Mesh, fsdp_min_size: int = FSDP_M
         return NamedSharding(mesh, spec_for(path_name(path), shape, rules, mesh, fsdp_min_size) if len(shape)
                              else P())
     return jax.tree_util.tree_map_with_path(one, abstract_tree)
+
+
+def forward_shardings(abstract_params, rules, mesh: Mesh, fsdp_min_size: int = FSDP_MIN_SIZE):
+    """The layout the forward pass reads the parameters in: each leaf stored under an "fsdp" rule gathered whole
+    (replicated), every other leaf as stored (a tuple rule's model-parallel split is kept). None when no rule is
+    "fsdp" (nothing to gather). `mmjax.train.loop.make_train_step(gather_params=...)` constrains the parameters to
+    it once per step; left to XLA, the weights' split spread into the activations (docs/scaling.md)."""
+    if not any(rule == "fsdp" for _, rule in rules):
+        return None
+    gathered = tuple((pattern, "replicate" if rule == "fsdp" else rule) for pattern, rule in rules)
+    return tree_shardings(abstract_params, gathered, mesh, fsdp_min_size)
 
 
 def batch_sharding(mesh: Mesh, batch_axes=("data",)) -> NamedSharding:

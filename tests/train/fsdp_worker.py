@@ -23,10 +23,17 @@ from configs import maxmatch_shapes  # noqa: E402
 MIN_SIZE = 512  # the smoke model is tiny: a low threshold so that most of its weights are large enough to split
 
 
-def config(mesh, preset, num_devices=0, optimizer="sgd"):
+# Hand-written rules: the large kernels split by "fsdp" over `data`, the embedding tables split over `model`
+# (a tuple rule the step's gather must leave alone), the rest replicated.
+HAND_RULES = ((".*embedding", (None, "model")), (".*kernel", "fsdp"), (".*", "replicate"))
+
+
+def config(mesh, preset, num_devices=0, optimizer="sgd", rules=None):
     c = maxmatch_shapes.get_config("smoke")
     c.train.update(num_steps=3, eval_every=0, checkpoint_every=3, log_every=1, async_checkpoints=False)
     c.sharding.update(mesh=mesh, preset=preset, fsdp_min_size=MIN_SIZE, num_devices=num_devices)
+    if rules is not None:
+        c.sharding.rules = rules
     if optimizer == "sgd":  # see sharding_worker.py: SGD compares the gradients themselves
         c.optim.update(name="sgd", lr=0.05, schedule="constant")
     return c
@@ -50,8 +57,8 @@ def state_layout(root):
     return leaves
 
 
-def losses_and_params(workdir, mesh, preset, num_devices=0):
-    train_and_evaluate(config(mesh, preset, num_devices), workdir)
+def losses_and_params(workdir, mesh, preset, num_devices=0, rules=None):
+    train_and_evaluate(config(mesh, preset, num_devices, rules=rules), workdir)
     params, _ = load_exported(workdir)
     rows = [json.loads(line) for line in open(f"{workdir}/metrics.jsonl")]
     return ([r["loss/total"] for r in rows if "loss/total" in r],
@@ -62,8 +69,10 @@ def main(root):
     assert jax.device_count() == 8, jax.devices()
     out = {"layout": state_layout(root)}
     base_loss, base = losses_and_params(f"{root}/single", (("data", 1),), "rules", num_devices=1)
-    for name, preset in (("data_parallel", "data_parallel"), ("fsdp", "fsdp")):
-        loss, params = losses_and_params(f"{root}/{name}", (("data", 8),), preset)
+    for name, preset, mesh, rules in (("data_parallel", "data_parallel", (("data", 8),), None),
+                                      ("fsdp", "fsdp", (("data", 8),), None),
+                                      ("hand_rules", "rules", (("data", 4), ("model", 2)), HAND_RULES)):
+        loss, params = losses_and_params(f"{root}/{name}", mesh, preset, rules=rules)
         out[name] = {"losses": loss, "base_losses": base_loss,
                      "loss_diff": max(abs(a - b) for a, b in zip(loss, base_loss)),
                      "param_diff": max(float(np.max(np.abs(params[k] - base[k]))) for k in base),
