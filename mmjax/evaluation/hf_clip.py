@@ -27,13 +27,14 @@ checkpoint's `vision_config.image_size` and encoded once), and the zero-shot eva
 
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
 
-from mmjax.batching import pad_rows
+from mmjax.batching import batched_apply, pad_rows
 from mmjax.data import readers
 from mmjax.data.clip_preprocess import preprocess_batch
 from mmjax.data.tokenizers import check_texts
@@ -90,6 +91,8 @@ class HFCLIPEvaluation:
         self.image_size = self.model.config.vision_config.image_size
         self._encode_pixels, self._encode_strings = clip_encoders(self.model, params, self.tokenizer,
                                                                   batch_size=self.batch_size)
+        self._variables = {"params": params}
+        self._text_ids_fn = jax.jit(functools.partial(self.model.apply, method="encode_text"))
         self.head_workdir = d.get("head_workdir", "")
         if bool(self.head_workdir) != (head_export is not None):
             raise ValueError("config.data.head_workdir and the head export must be given together")
@@ -164,6 +167,14 @@ class HFCLIPEvaluation:
         parts = [self._encode_strings(strings[s:s + self.batch_size])
                  for s in range(0, len(strings), self.batch_size)]
         return self._keep_text(_concat(parts))
+
+    def encode_token_ids(self, ids, attention_mask) -> dict:
+        """Token ids and attention mask [n, L] (`HFTokenizer('clip')` at the full context, as `encode_texts`
+        tokenises) -> the text features `encode_texts` returns."""
+        out = batched_apply(functools.partial(self._text_ids_fn, self._variables),
+                            (np.asarray(ids, np.int32), np.asarray(attention_mask).astype(np.int32)),
+                            batch_size=self.batch_size, name=None, jit=False)
+        return self._keep_text(jax.tree_util.tree_map(np.asarray, out))
 
     def _keep_image(self, out: dict) -> dict:
         if self.flowclip is None:

@@ -10,7 +10,9 @@ own factories (`mmjax.models.factory`, `mmjax.models.frozen_clip`, `mmjax.models
 
     embed_texts(list[str]) -> Embeddings        tokenised with the run's own tokenizer and max_len
     embed_images(images, mask=None)             a `mmjax.data.shapesworld.generate` split, or the arrays the run's
-                   -> Embeddings                image tower takes (regions [N, R, F] (+ mask), pixels uint8 [N,H,W,3])
+                   -> Embeddings                image tower takes (regions [N, R, F] (+ mask), pixels uint8 [N,H,W,3]);
+                                                a head on a Hugging Face CLIP: image paths, Pillow images or uint8
+                                                arrays, preprocessed as its feature caches were
     score(images, texts) -> [n_images, n_texts] the run's inference score: set retrieval — the training
                                                 similarity's `mmjax.similarity.inference_kind` with its options
                                                 (`mmjax.losses.similarity_options`), tiled as evaluation tiles it;
@@ -88,13 +90,14 @@ def resolve_export(path: str, params: str | None = None) -> str:
     return export
 
 
-def load(path: str, params: str | None = None) -> "Retriever":
+def load(path: str, params: str | None = None, *, hf_clip_dir: str | None = None) -> "Retriever":
     """A `Retriever` for the export at `path` (`resolve_export`): a training workdir with `params` 'final' (default)
-    or 'best', or an export directory copied anywhere on its own."""
+    or 'best', or an export directory copied anywhere on its own. `hf_clip_dir`: for a Flow-CLIP head trained on a
+    Hugging Face CLIP's features, that CLIP's directory on this machine (default: the one export.json names)."""
     from mmjax.retriever.models import build_backend
     export = resolve_export(path, params)
     variables, info = read_export(export)
-    return Retriever(build_backend(export, variables, info), info, export)
+    return Retriever(build_backend(export, variables, info, hf_clip_dir=hf_clip_dir), info, export)
 
 
 class Retriever:

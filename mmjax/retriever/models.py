@@ -9,7 +9,9 @@ matrix behind the run's results.json:
                     with `inference_kind(loss.similarity)` and `similarity_options(loss, matching)`
     clip_pretrain   the exported CLIP (`clip_config`, `mmjax.models.frozen_clip.encode_image`); cosine of unit globals
     flowclip_head   `FlowCLIPHead` on the features of the frozen CLIP copied into `base/`, stored as the feature caches
-                    store them (float16), tiled by `mmjax.evaluation.tiled.tiled_scores`
+                    store them (float16), tiled by `mmjax.evaluation.tiled.tiled_scores`; a head trained on a
+                    Hugging Face CLIP's caches (COCO) scores through `mmjax.evaluation.hf_clip.HFCLIPEvaluation` on
+                    the CLIP directory export.json names (`base.hf_clip_dir`, or `mmjax.load(..., hf_clip_dir=)`)
 
 A backend offers `tokenizer`, `score_name`, `image_inputs(images, mask)`, `embed_images(inputs)`,
 `embed_texts(ids, mask)` and `score(image_arrays, text_arrays)`.
@@ -34,12 +36,18 @@ from mmjax.train.export import load_tokenizer_spec, read_export
 FEATURE_DTYPE = np.float16  # the storage dtype of the feature caches the heads train and evaluate on
 
 
-def build_backend(export_dir: str, variables, info: dict):
+def build_backend(export_dir: str, variables, info: dict, *, hf_clip_dir: str | None = None):
     builders = {"retrieval": SetRetrievalBackend, "clip_pretrain": CLIPBackend, "flowclip_head": FlowCLIPHeadBackend}
     task = info.get("task")
     if task not in builders:
         raise ValueError(f"{os.path.join(export_dir, 'export.json')}: task {task!r} cannot be loaded; mmjax.load "
                          f"knows {sorted(builders)}")
+    base = info.get("base") or {}
+    if task == "flowclip_head" and (hf_clip_dir or "hf_clip_dir" in base):
+        return HFCLIPHeadBackend(export_dir, variables, info, hf_clip_dir)
+    if hf_clip_dir:
+        raise ValueError(f"mmjax.load(hf_clip_dir=...) is for Flow-CLIP heads trained on a Hugging Face CLIP; "
+                         f"{export_dir} holds a {task!r} run")
     return builders[task](export_dir, variables, info)
 
 
@@ -191,9 +199,6 @@ class FlowCLIPHeadBackend:
         where = os.path.join(export_dir, "export.json")
         base = info.get("base") or {}
         if "export" not in base:
-            if "hf_clip_dir" in base:
-                raise NotImplementedError(f"{where}: a head on a Hugging Face CLIP ({base['hf_clip_dir']}) cannot be "
-                                          f"loaded by mmjax.load yet; evaluate it with configs/clip_hf_eval.py")
             raise ValueError(f"{where} names no base CLIP (field 'base'): re-export the head with this version")
         base_dir = os.path.join(export_dir, base["export"])
         base_variables, base_info = read_export(base_dir)
@@ -225,3 +230,55 @@ class FlowCLIPHeadBackend:
         from mmjax.evaluation.tiled import tiled_scores
         n_img = len(img["global"])
         return tiled_scores(self._score, img, txt, image_block=n_img, text_block=self.caption_chunk)
+
+
+class HFCLIPHeadBackend:
+    """A Flow-CLIP / Global-M head on the Hugging Face CLIP whose features it trained on (COCO caches from
+    scripts/cache_clip_features.py): encoded and scored by `HFCLIPEvaluation`, the evaluator of
+    configs/clip_hf_eval.py, so scores equal that evaluation's. The CLIP (hundreds of MB) is not copied into the
+    export: export.json names its directory (`base.hf_clip_dir`); `hf_clip_dir` overrides it on another machine.
+    Images: paths, Pillow images or uint8 arrays [H, W, 3] (a list, or an array [N, H, W, 3]; a ShapesWorld split
+    gives its "images"), preprocessed as the caches were (`mmjax.data.clip_preprocess`)."""
+
+    def __init__(self, export_dir: str, variables, info: dict, hf_clip_dir: str | None = None):
+        from mmjax.data.tokenizers import HFTokenizer
+        from mmjax.evaluation.hf_clip import HFCLIPEvaluation
+        recorded = (info.get("base") or {}).get("hf_clip_dir")
+        clip_dir = hf_clip_dir or recorded
+        where = os.path.join(export_dir, "export.json")
+        if not clip_dir:
+            raise ValueError(f"{where} names no base CLIP (field 'base'): pass mmjax.load(..., hf_clip_dir=...)")
+        if not os.path.isdir(clip_dir):
+            source = "hf_clip_dir=" if hf_clip_dir else f"{where} field base.hf_clip_dir"
+            raise FileNotFoundError(f"the head's Hugging Face CLIP directory {clip_dir} ({source}) does not exist "
+                                    f"here: pass mmjax.load(..., hf_clip_dir=<the CLIP its caches were encoded "
+                                    f"with>)")
+        config = ml_collections.ConfigDict({"data": {"clip_dir": clip_dir, "head_workdir": export_dir,
+                                                     "batch_size": 64, "num_workers": 1}, "benchmarks": {}})
+        self.evaluation = _quiet(HFCLIPEvaluation, config, export_dir, head_export=(variables, info))
+        self.clip_dir = clip_dir
+        self.score_name = self.evaluation.score_name
+        context = self.evaluation.model.config.text_config.max_position_embeddings
+        self.tokenizer = HFTokenizer(clip_dir, "clip", context)  # the evaluator's padding: the full context
+
+    def image_inputs(self, images, mask=None) -> tuple:
+        if mask is not None:
+            raise ValueError("a head on a Hugging Face CLIP takes whole images: no mask")
+        if isinstance(images, Mapping):
+            if "images" not in images:
+                raise ValueError(f"a head on a Hugging Face CLIP takes pixels; the split has no 'images' (keys "
+                                 f"{sorted(images)})")
+            images = images["images"]
+        if isinstance(images, np.ndarray) and images.ndim == 3:
+            raise ValueError(f"images must be a list of images or an array [N, H, W, 3], got one image of shape "
+                             f"{images.shape} (wrap it in a list)")
+        return (list(images),)
+
+    def embed_images(self, inputs) -> dict:
+        return self.evaluation.encode_images(inputs[0])
+
+    def embed_texts(self, ids, mask) -> dict:
+        return self.evaluation.encode_token_ids(ids, mask)
+
+    def score(self, img: dict, txt: dict) -> np.ndarray:
+        return self.evaluation.score_matrix(img, txt)

@@ -52,15 +52,18 @@ def _write_image(path: Path, rng, hw):
 write_tiny_clip = hf_loader_tests.write_tiny_clip
 
 
-def write_head_export(workdir: Path, dim: int) -> dict:
-    """A finished `flowclip_head` run as the trainer exports it (random M, M_tok, W so the local term counts)."""
+def write_head_export(workdir: Path, dim: int, clip_dir=None) -> dict:
+    """A finished `flowclip_head` run as the trainer exports it (random M, M_tok, W so the local term counts);
+    `clip_dir`: the Hugging Face CLIP its caches were encoded with, recorded as the trainer records it."""
     rng = np.random.default_rng(1)
     params = {k: np.asarray(np.eye(dim) + 0.3 * rng.normal(size=(dim, dim)), np.float32) for k in ("M", "M_tok")}
     params["W"] = np.asarray(0.3 * rng.normal(size=(dim, dim)), np.float32)
     params["log_logit_scale"] = np.asarray(np.log(1 / 0.07), np.float32)
     flowclip = flowclip_head_config("flowclip_hnb,smoke").flowclip.to_dict()
-    export_params(str(workdir), {"params": params},
-                  {"task": "flowclip_head", "step": 4, "dim": dim, "flowclip": flowclip})
+    info = {"task": "flowclip_head", "step": 4, "dim": dim, "flowclip": flowclip}
+    if clip_dir is not None:
+        info["base"] = {"hf_clip_dir": str(clip_dir)}
+    export_params(str(workdir), {"params": params}, info)
     return {"params": params, "flowclip": flowclip}
 
 
@@ -169,6 +172,53 @@ def test_flowclip_head_scores(files, tmp_path):
     matrix = task.zeroshot_score_fn()(paths, prompts)
     img, txt = task.encode_images(paths), task.encode_texts(prompts)
     np.testing.assert_allclose(np.diag(matrix), task.score_head_pairs(img, txt), atol=1e-5)
+
+
+def test_mmjax_load_scores_and_retrieves_with_a_head_on_the_hf_clip(files, tmp_path):
+    import shutil
+
+    import mmjax
+    dim = hf_fixtures.tiny_clip_config_dict()["projection_dim"]
+    head = write_head_export(tmp_path / "head", dim=dim, clip_dir=files["clip_dir"])
+    paths = sorted(str(p) for p in (files["root"] / "zeroshot").rglob("*.png"))
+    captions = ["a cat", "a dog", "two cats"]
+    r = mmjax.load(str(tmp_path / "head"))
+    assert r.score_name == "flowclip" and r.max_len == hf_fixtures.tiny_clip_config_dict()["text_config"][
+        "max_position_embeddings"]
+    got = r.score(r.embed_images(paths), r.embed_texts(captions))
+
+    # Oracle: the CLIP applied directly to each preprocessed image and the captions, the head by score_pairs.
+    model, params, tokenizer = load_hf_clip(files["clip_dir"])
+    size = model.config.vision_config.image_size
+    pixels = np.stack([preprocess_image(p, size) for p in paths])
+    img = model.apply({"params": params}, pixels, method="encode_image")
+    enc = tokenizer(captions, padding="max_length", max_length=r.max_len, truncation=True, return_tensors="np")
+    txt = model.apply({"params": params}, enc["input_ids"], enc["attention_mask"], method="encode_text")
+    fc, length = head["flowclip"], head["flowclip"]["max_tokens"]
+    half = lambda x: np.asarray(x, np.float16).astype(np.float32)   # the float16 features of the training caches
+    want = score_pairs({k: head["params"][k] for k in ("M", "M_tok", "W")},
+                       {"global": half(img["global"]), "patches": half(img["patches"])},
+                       {"global": half(txt["global"]), "tokens": half(txt["tokens"][:, :length]),
+                        "valid": np.asarray(txt["valid"])[:, :length]},
+                       alpha=fc["alpha"], tau_p=fc["tau_p"], pool=fc["pool"], method=fc["all_pairs"],
+                       chunk_size=fc["score_chunk_images"], use_local=fc["use_local"])
+    assert got.shape == (len(paths), len(captions))
+    np.testing.assert_allclose(got, np.asarray(want), atol=1e-4)
+    hits = r.retrieve("a dog", k=3, images=paths)
+    np.testing.assert_array_equal(hits.indices, np.argsort(-got[:, 1], kind="stable")[:3])
+
+    # The export directory alone, copied elsewhere, loads and scores the same (the CLIP is found by its path) ...
+    moved = tmp_path / "elsewhere" / "head"
+    shutil.copytree(tmp_path / "head" / "export", moved)
+    np.testing.assert_allclose(mmjax.load(str(moved)).score(paths, captions), got, atol=1e-6)
+    # ... and with its CLIP gone, the error names the recorded directory and the override.
+    write_head_export(tmp_path / "gone", dim=dim, clip_dir=tmp_path / "no_such_clip")
+    with pytest.raises(FileNotFoundError, match=r"no_such_clip .*base\.hf_clip_dir.*hf_clip_dir="):
+        mmjax.load(str(tmp_path / "gone"))
+    np.testing.assert_allclose(mmjax.load(str(tmp_path / "gone"), hf_clip_dir=str(files["clip_dir"])).score(
+        paths, captions), got, atol=1e-6)
+    with pytest.raises(ValueError, match="no mask"):
+        r.embed_images(paths, mask=np.ones(3, bool))
 
 
 def test_config_errors_name_the_field(files, tmp_path):
