@@ -85,8 +85,9 @@ def plot_scenes(data: dict, indices: Sequence[int], *, cols: int = 4, captions: 
     cols = max(1, min(cols, len(indices)))
     rows = -(-len(indices) // cols)
     text_h = 1.9 if captions else 0.0  # five wrapped captions under each panel
+    # constrained layout places the suptitle right above the panels (tight_layout left a blank band under it)
     fig, axes = plt.subplots(rows, cols, figsize=(panel_inches * cols, (panel_inches + text_h) * rows),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     for ax, i in zip(axes.flat, indices):
         ax.imshow(scene_image(data, i, size=size), interpolation="nearest")
         ax.set_xticks([])
@@ -99,5 +100,4 @@ def plot_scenes(data: dict, indices: Sequence[int], *, cols: int = 4, captions: 
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
