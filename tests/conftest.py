@@ -4,9 +4,19 @@ Tests never download anything (HF_HUB_OFFLINE=1) and compare numbers at float32 
 `jax_default_matmul_precision` is set to "float32" for the whole session (TF32 or bf16 passes on accelerators
 would otherwise change float32 matmuls). Tests that need several devices run a worker in a subprocess with
 `XLA_FLAGS=--xla_force_host_platform_device_count=8` set before jax is imported there (`tests/train/helpers.py`).
+
+The subprocesses a test worker starts (train.py runs, multi-device workers, notebook kernels) share one persistent
+XLA compilation cache, a fresh directory per test worker removed at its exit: dozens of them train the same smoke
+config, and a cached train step loads in a fraction of its compile time (smoke train.py ≈ 29 s → 12 s). Cached
+executables are the compiled ones, bit for bit (tests/train/test_resume.py checks that a run resumed from cached
+executables ends bitwise equal to a fresh one). The variables are set after this process imported jax, so the
+in-process tests compile as before; a cache directory the caller already set is kept.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -14,3 +24,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "float32")
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _cache_dir = tempfile.mkdtemp(prefix="mmjax-tests-xla-cache-")
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=_cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
