@@ -30,3 +30,20 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
     os.environ.update(JAX_COMPILATION_CACHE_DIR=_cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with a `slow` test run first, then the others by decreasing number of tests (each file's own order kept).
+    With `-n 2 --dist loadfile` a file is one unit of work handed to the next free worker, so the long files start
+    early and the many short ones fill both workers to the end; in collection order the long files (mostly
+    tests/train/) came last and one worker idled minutes while the other finished them. (pyproject's
+    `--no-loadscope-reorder` keeps xdist from re-sorting the files by their number of tests.)"""
+    by_file = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(name):
+        slow = any(item.get_closest_marker("slow") for item in by_file[name])
+        return (0, 0) if slow else (1, -len(by_file[name]))
+
+    items[:] = [item for name in sorted(by_file, key=rank) for item in by_file[name]]

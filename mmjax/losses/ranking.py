@@ -75,13 +75,14 @@ def _positive_mask(caption_image, num_images: int, image_ids=None):
 
 
 def _check(scores, caption_image, image_ids):
+    # np.shape: the indices may be a list (jnp.shape of a list is deprecated), a numpy array, a jax array or a tracer
     if scores.ndim != 2:
         raise ValueError(f"scores must be [N_images, N_captions], got shape {scores.shape}")
-    if jnp.shape(caption_image) != (scores.shape[1],):
+    if np.shape(caption_image) != (scores.shape[1],):
         raise ValueError(f"caption_image must have shape ({scores.shape[1]},) (one image index per caption), "
-                         f"got {jnp.shape(caption_image)}")
-    if image_ids is not None and jnp.shape(image_ids) != (scores.shape[0],):
-        raise ValueError(f"image_ids must have shape ({scores.shape[0]},), got {jnp.shape(image_ids)}")
+                         f"got {np.shape(caption_image)}")
+    if image_ids is not None and np.shape(image_ids) != (scores.shape[0],):
+        raise ValueError(f"image_ids must have shape ({scores.shape[0]},), got {np.shape(image_ids)}")
     check_indices(caption_image, scores.shape[0])
 
 
