@@ -5,9 +5,10 @@ Tests never download anything (HF_HUB_OFFLINE=1) and compare numbers at float32 
 would otherwise change float32 matmuls). Tests that need several devices run a worker in a subprocess with
 `XLA_FLAGS=--xla_force_host_platform_device_count=8` set before jax is imported there (`tests/train/helpers.py`).
 
-The subprocesses a test worker starts (train.py runs, multi-device workers, notebook kernels) share one persistent
-XLA compilation cache, a fresh directory per test worker removed at its exit: dozens of them train the same smoke
-config, and a cached train step loads in a fraction of its compile time (smoke train.py ≈ 29 s → 12 s). Cached
+The subprocesses the tests start (train.py runs, multi-device workers, notebook kernels) share one persistent XLA
+compilation cache, a fresh directory per pytest session (made by the first process that imports this file — under
+xdist the controller, whose environment both workers inherit — and removed at its exit): dozens of them train the
+same smoke config, and a cached train step loads in a fraction of its compile time (train.py smoke 29 s → 12 s). Cached
 executables are the compiled ones, bit for bit (tests/train/test_resume.py checks that a run resumed from cached
 executables ends bitwise equal to a fresh one). The variables are set after this process imported jax, so the
 in-process tests compile as before; a cache directory the caller already set is kept.
@@ -35,9 +36,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 def pytest_collection_modifyitems(config, items):
     """Files with a `slow` test run first, then the others by decreasing number of tests (each file's own order kept).
     With `-n 2 --dist loadfile` a file is one unit of work handed to the next free worker, so the long files start
-    early and the many short ones fill both workers to the end; in collection order the long files (mostly
-    tests/train/) came last and one worker idled minutes while the other finished them. (pyproject's
-    `--no-loadscope-reorder` keeps xdist from re-sorting the files by their number of tests.)"""
+    early and the many short ones fill both workers to the end. xdist's default order (most tests first, pyproject
+    turns it off with `--no-loadscope-reorder`) put the long files, which have few tests, last: one worker idled
+    minutes while the other finished them."""
     by_file = {}
     for item in items:
         by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
