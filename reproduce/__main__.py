@@ -6,8 +6,8 @@
 Runs the unfinished cells of the grid (`reproduce.grid`) in DIR, then writes DIR/reproduction.md,
 DIR/reproduction.json and DIR/figures/ from every archived record (all budgets) and DIR's finished cells. With
 --archive, the run's budget's records kept in the repository are restored into DIR first and every record is saved
-there as soon as its cell finishes (`reproduce.archive`). Exit status 1 when a cell failed (the report is still
-written from the others). While DIR/PAUSE exists the grid waits before its next cell (`runner.wait_while_paused`).
+there as soon as its cell finishes (`reproduce.archive`), a frozen base's export with it (`reproduce.base_exports`).
+Exit status 1 when a cell failed (the report is still written from the others). While DIR/PAUSE exists the grid waits before its next cell (`runner.wait_while_paused`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # keep Orbax's per-file INFO lines out of the progress output
-    from reproduce import archive
+    from reproduce import archive, base_exports
     from reproduce.grid import make_grid
     from reproduce.report import publish, write_report
     from reproduce.runner import check_budget, check_clip_source, load_cell, run_grid
@@ -98,6 +98,12 @@ def main(argv=None) -> int:
                 if restored:
                     print(f"[reproduce] restored {len(restored)} cell record(s) from {args.archive}: "
                           f"{', '.join(restored)}", flush=True)
+                restored = base_exports.restore(cells, args.out, args.archive, args.budget)
+                if restored:
+                    print(f"[reproduce] restored {len(restored)} base export(s) from {args.archive}: "
+                          f"{', '.join(restored)}", flush=True)
+            if not args.clip_from:
+                base_exports.check_heads_have_bases(cells, args.out, args.archive, args.budget)
         else:  # the finished cells of a grid already in --out (its grid.json says how many seeds it covered)
             cells = _cells_in(args.out, args.cells)
         archived = archive.load_all(args.archive) if args.archive else []
@@ -110,6 +116,7 @@ def main(argv=None) -> int:
         if args.archive:  # each record is archived as soon as its cell finishes, not only when the grid ends
             def on_finished(cell):
                 archive.save([cell], args.out, args.archive, args.budget)
+                base_exports.save([cell], args.out, args.archive, args.budget)
         try:
             status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from,
                               config_dir=args.config_dir)
@@ -121,7 +128,9 @@ def main(argv=None) -> int:
               f"failed in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()}", flush=True)
         if args.archive:
             saved = archive.save(cells, args.out, args.archive, args.budget)
-            print(f"[reproduce] {len(saved)} cell record(s) saved to {args.archive}", flush=True)
+            exports = base_exports.save(cells, args.out, args.archive, args.budget)
+            print(f"[reproduce] {len(saved)} cell record(s) and {len(exports)} base export(s) saved to "
+                  f"{args.archive}", flush=True)
             archived = archive.load_all(args.archive)
     # The report: every archived record (all budgets), and this grid's finished cells the archive lacks.
     known = {(r["budget"], r["name"], r["seed"]) for r in archived}

@@ -84,6 +84,7 @@ class CellSpec:
     clip_cell: str = "clip"             # heads: the CLIP cell they sit on
     clip_seed: int | None = None        # heads: that cell's seed (None: the head's own seed)
     only_seed: int | None = None        # a cell trained for this seed alone (a base its heads share)
+    archive_export: bool = False        # --archive keeps its export too (reproduce.base_exports): a frozen base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +146,8 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("flowclip_hnb", "flowclip", "Flow-CLIP, HNB", "flowclip_shapes", "flowclip_hnb", needs_clip=True),
     CellSpec("flowclip_cimr", "flowclip", "Flow-CLIP, HNB+CIMR", "flowclip_shapes", "flowclip_cimr", needs_clip=True),
     *(CellSpec(f"fcs_base_{b}", "fcstudy", f"base {b} ({what}, {FCSTUDY_PRIOR} prior)", "clip_shapes",
-               "regions" if b == "R" else "", adjust=_prior(FCSTUDY_PRIOR), only_seed=0)
+               "regions" if b == "R" else "", adjust=_prior(FCSTUDY_PRIOR), only_seed=0,
+               archive_export=True)
       for b, what in (("P", "pixel ViT"), ("R", "region tokens"))),
     *(CellSpec(f"fcs_{b}_{head}", "fcstudy", f"{label}, base {b}", "flowclip_shapes", f"{head},select_binding",
                needs_clip=True, clip_cell=f"fcs_base_{b}", clip_seed=0)

@@ -48,11 +48,13 @@ class FrozenShapesWorldCLIP:
     """An exported ShapesWorld CLIP (frozen: `params`, `info` = the export of a `clip_pretrain` run) with the split
     it was trained on, encoding images and caption strings in fixed-size batches (one compilation each). Outputs are
     the raw Flow-CLIP inputs: images {"global", "patches"}, texts {"global", "tokens", "valid"} (truncated to
-    `max_tokens`). `clip_workdir` is recorded in the caches written with it."""
+    `max_tokens`). `clip_workdir` is recorded in the caches written with it. `limit`: only the split's first `limit`
+    images (a notebook-sized run; the same scenes as the full split's first ones)."""
 
     batch_size = 64
 
-    def __init__(self, params, info: dict, clip_workdir: str, split: str, max_tokens: int):
+    def __init__(self, params, info: dict, clip_workdir: str, split: str, max_tokens: int, *,
+                 limit: int | None = None):
         from mmjax.data import shapesworld
 
         if info.get("task") != "clip_pretrain":
@@ -61,7 +63,7 @@ class FrozenShapesWorldCLIP:
         self.mode = info.get("mode", "pixels")  # exports made before the region base are pixel CLIPs
         config = CLIPConfig.from_dict(info["clip_config"])
         model = CLIPModel(config) if self.mode == "pixels" else RegionCLIPModel(config)
-        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode=self.mode,
+        self.data = shapesworld.generate(split, preset=info["preset"], seed=info["seed"], mode=self.mode, limit=limit,
                                          **language_prior(info.get("language_prior", "none")))
         self.images = image_inputs(self.data, self.mode)  # what `encode_images` takes, row per image
         self.tokenizer = shapesworld.ShapesWorld(self.data["config"]).tokenizer()

@@ -53,3 +53,25 @@ def test_text_tower_is_clips():
     np.testing.assert_allclose(pixel.apply({"params": params}, ids, att, method="encode_text")["global"],
                                text["global"], atol=1e-6)
     assert text["valid"].tolist() == [[False, True, True, False, False, False, False, False]] * 3
+
+
+
+def test_frozen_base_limit_encodes_the_first_scenes_of_the_split():
+    """`FrozenShapesWorldCLIP(..., limit=n)` (notebook 03's sizes) holds the split's first n scenes: the same
+    captions and the same token features as the first rows of a larger limit."""
+    import dataclasses
+    from mmjax.data import shapesworld
+    from mmjax.models.frozen_clip import FrozenShapesWorldCLIP, image_inputs
+    first = shapesworld.generate("test", mode="regions", limit=1)
+    tok = shapesworld.ShapesWorld(first["config"]).tokenizer()
+    config = dataclasses.replace(CONFIG, text_config=dataclasses.replace(
+        CONFIG.text_config, vocab_size=len(tok.vocab), max_position_embeddings=tok.max_len))
+    info = {"task": "clip_pretrain", "mode": "regions", "clip_config": dataclasses.asdict(config),
+            "preset": "default", "seed": 0}
+    images, enc = image_inputs(first, "regions"), tok.encode(first["captions"][0][:1])
+    params = RegionCLIPModel(config).init(jax.random.PRNGKey(0), images[..., :-1], images[..., -1] > 0.5, enc.ids,
+                                          enc.attention_mask.astype(np.int32))
+    a = FrozenShapesWorldCLIP(params, info, "/nowhere", "test", 16, limit=3)
+    b = FrozenShapesWorldCLIP(params, info, "/nowhere", "test", 16, limit=5)
+    assert len(a.data["captions"]) == 3 and a.data["captions"] == b.data["captions"][:3]
+    np.testing.assert_array_equal(a.encode_images(a.images)["patches"], b.encode_images(b.images)["patches"][:3])

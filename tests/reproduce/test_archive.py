@@ -180,7 +180,7 @@ def test_a_fresh_output_directory_restores_the_runs_budget_and_runs_nothing(tmp_
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "restored 4 cell record(s)" in printed and "0 cell(s) run, 4 skipped, 0 failed" in printed
-    assert "0 cell record(s) saved" in printed
+    assert "0 cell record(s) and 0 base export(s) saved" in printed
     restored = json.load(open(os.path.join(out, "cells", "vse", "seed0", "cell.json")))
     assert restored["budget"] == "converged" and restored["restored_from"] == archive.record_path(
         str(store), "converged", "vse", 0)

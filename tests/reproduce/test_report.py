@@ -322,5 +322,6 @@ def test_smoke_run_end_to_end_archives_reports_and_resumes(tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in [*files, *out.glob("cells/*/seed0/cell.json")]}
     again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "0 cell(s) run, 2 skipped, 0 failed" in again.stdout and "0 cell record(s) saved" in again.stdout
+    assert "0 cell(s) run, 2 skipped, 0 failed" in again.stdout
+    assert "0 cell record(s) and 0 base export(s) saved" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
