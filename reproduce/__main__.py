@@ -7,7 +7,8 @@ Runs the unfinished cells of the grid (`reproduce.grid`) in DIR, then writes DIR
 DIR/reproduction.json and DIR/figures/ from every archived record (all budgets) and DIR's finished cells. With
 --archive, the run's budget's records kept in the repository are restored into DIR first and every record is saved
 there as soon as its cell finishes (`reproduce.archive`), a frozen base's export with it (`reproduce.base_exports`).
-Exit status 1 when a cell failed (the report is still written from the others). While DIR/PAUSE exists the grid waits before its next cell (`runner.wait_while_paused`).
+Exit status 1 when a cell failed (the report is still written from the others). While DIR/PAUSE exists the grid
+waits before its next cell (`runner.wait_while_paused`).
 """
 
 from __future__ import annotations
