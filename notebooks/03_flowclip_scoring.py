@@ -44,9 +44,10 @@
 # and a short budget, so it shows the mechanics and the direction, not a verdict). Every sentence below that states a
 # result is printed from the numbers above it.
 #
-# *Wall time at full size: 8.0 min (479 s, executed with nbclient on 2026-12-04; 2 CPU cores, x86_64, jax CPU
-# backend), with the 1-minute load average at 5.1 → 6.2: two study runs shared the cores. Of it: 5.8 min for the two
-# heads, 67 s for the suites. The test size (`MMJAX_NOTEBOOK_SMOKE=1`) takes under a minute.*
+# *Wall time at full size: 9.4 min (566 s, executed with nbclient on 2026-12-04; 2 CPU cores, x86_64, jax CPU
+# backend), with the 1-minute load average at 4.6 → 6.0: two study runs shared the cores (8.0 min in an earlier run
+# at a similar load). Of it: 6.6 min for the two heads, 84 s for the suites. The test size (`MMJAX_NOTEBOOK_SMOKE=1`)
+# takes under a minute.*
 
 # %%
 import functools
@@ -75,6 +76,7 @@ from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
 from mmjax.models.factory import count_params
 from mmjax.models.flowclip_head import FlowCLIPHead
 from mmjax.models.frozen_clip import FrozenShapesWorldCLIP
+from mmjax.train.defaults import FLOWCLIP_HEADS
 
 # notebooks/helpers.py (and the study's constants in reproduce/) are imported from the repository root: under
 # Jupyter the kernel starts in notebooks/, whose parent is the root; run from elsewhere, the root is the checkout
@@ -98,7 +100,6 @@ else:
 BASE = Path(os.environ.get("MMJAX_NOTEBOOK_BASE",
                            ROOT / "docs" / "reproduction" / "records" / "flowclip" / "fcs_base_R" / "seed0.export"))
 HEADS = {"Flow-CLIP · HNB": "flowclip_hnb", "Flow-CLIP · HNB+CIMR": "flowclip_cimr"}
-LAMBDA_CIMR = {"flowclip_hnb": 0.0, "flowclip_cimr": FlowCLIPOptions().lambda_cimr}
 print(f"{'smoke' if SMOKE else 'full'} size: {N_TRAIN} training images ({5 * N_TRAIN} records), {N_TEST} test "
       f"images; heads {HEAD_STEPS} steps × {HEAD_BATCH}; load average {os.getloadavg()[0]:.2f}")
 
@@ -223,8 +224,9 @@ def take(tree, idx):
     return {k: v[idx] for k, v in tree.items()}
 
 
-def train_head(lambda_cimr):
-    opts = FlowCLIPOptions(lambda_cimr=lambda_cimr)
+def train_head(key):
+    use_local, lambda_cimr = FLOWCLIP_HEADS[key]  # the configs' head table: (local branch, λ_CIMR)
+    opts = FlowCLIPOptions(use_local=use_local, lambda_cimr=lambda_cimr)
     head = FlowCLIPHead(dim=train_img["global"].shape[-1], options=opts)
     optimizer = optax.adam(1e-3)
     first = take(train_img, [0])
@@ -257,7 +259,7 @@ def train_head(lambda_cimr):
 
 heads, t0 = {}, time.perf_counter()
 for name, key in HEADS.items():
-    heads[name] = train_head(LAMBDA_CIMR[key])
+    heads[name] = train_head(key)
 print(f"2 heads trained in {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.2f}")
 
 

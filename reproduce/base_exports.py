@@ -35,30 +35,21 @@ def archive_paths(archive: str, budget: str, name: str, seed: int) -> tuple[str,
     return stem + ".npz", stem + ".json"
 
 
-def flatten(params, prefix: str = "") -> dict[str, np.ndarray]:
-    """{"a/b/c": array} of a nested dict of arrays; ValueError for a key holding "/" or a non-dict node."""
-    flat = {}
-    for key, value in params.items():
-        if not isinstance(key, str) or SEP in key or not key:
-            raise ValueError(f"parameter key {prefix + str(key)!r} cannot be archived (keys must be non-empty strings "
-                             f"without {SEP!r})")
-        path = prefix + key
-        if isinstance(value, dict):
-            flat.update(flatten(value, path + SEP))
-        else:
-            flat[path] = np.asarray(value)
-    return flat
+def flatten(params) -> dict[str, np.ndarray]:
+    """{"a/b/c": array} of a nested dict of arrays (`flax.traverse_util.flatten_dict`); ValueError for a key that
+    is empty or holds "/" (its path could not be split back)."""
+    from flax import traverse_util
+    flat = traverse_util.flatten_dict(params)
+    bad = [k for k in flat if any(not isinstance(p, str) or not p or SEP in p for p in k)]
+    if bad:
+        raise ValueError(f"parameter key {SEP.join(map(str, bad[0]))!r} cannot be archived (keys must be non-empty "
+                         f"strings without {SEP!r})")
+    return {SEP.join(k): np.asarray(v) for k, v in flat.items()}
 
 
 def unflatten(flat: dict[str, np.ndarray]) -> dict:
-    tree: dict = {}
-    for path, value in flat.items():
-        *parents, leaf = path.split(SEP)
-        node = tree
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return tree
+    from flax import traverse_util
+    return traverse_util.unflatten_dict(flat, sep=SEP)
 
 
 def _export_dir(cell, out: str) -> str:
@@ -102,6 +93,7 @@ def _equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 def save(cells, out: str, archive: str, budget: str) -> list[str]:
     """Archives the export of every finished `archive_export` cell of `cells` in `out`; returns the .npz paths it
     (re)wrote."""
+    from reproduce.archive import _write_json
     from reproduce.runner import read_record
     from mmjax.train.export import read_export
     written = []
@@ -118,11 +110,10 @@ def save(cells, out: str, archive: str, budget: str) -> list[str]:
             if _equal(old_flat, flat) and old_info == info:
                 continue
         os.makedirs(os.path.dirname(npz_path), exist_ok=True)
-        for path, write in ((npz_path, lambda f: np.savez_compressed(f, **flat)),
-                            (json_path, lambda f: f.write(json.dumps(info, indent=1).encode() + b"\n"))):
-            with open(path + ".tmp", "wb") as f:
-                write(f)
-            os.replace(path + ".tmp", path)
+        with open(npz_path + ".tmp", "wb") as f:
+            np.savez_compressed(f, **flat)
+        os.replace(npz_path + ".tmp", npz_path)
+        _write_json(json_path, info)  # written second: a pair with a stale info is rewritten on the next save
         written.append(npz_path)
     return written
 

@@ -55,7 +55,6 @@ def test_text_tower_is_clips():
     assert text["valid"].tolist() == [[False, True, True, False, False, False, False, False]] * 3
 
 
-
 def test_frozen_base_limit_encodes_the_first_scenes_of_the_split():
     """`FrozenShapesWorldCLIP(..., limit=n)` (notebook 03's sizes) holds the split's first n scenes: the same
     captions and the same token features as the first rows of a larger limit."""
