@@ -114,6 +114,16 @@ _HINGE = dict(gd_isd_shape="hinge")                   # the knob: GD/ISD shape [
 _READING_B = dict(delta_gd=0.8, delta_isd=0.8, gd_isd_scale=0.5)
 _COSINE_UNITS = dict(score_units="cosine")            # margin and InfoNCE temperature in cosine units for S_H cells
 _DELTA_08 = dict(delta_gd=0.8)                        # the source's other GD margin, project shape otherwise
+# In-batch false negatives kept out of the ranking losses' negatives (protocol change list, 2026-12-04): the
+# triplet-only cells (VSE∞, Set Div, PVSE + MaxMatch) collapse once hardest negatives come in, and on ShapesWorld
+# every image of a 128-image batch has another image's caption true of it.
+_IGNORE_FN = dict(false_negatives="ignore")
+FALSE_NEGATIVES_KNOB = "loss.false_negatives='ignore'"
+# The PVSE plug-in with every MaxMatch loss, L_con included ("our similarity and losses"; the claim cell has GD+ISD).
+PLUGIN_CON_KNOB = "loss.lambda_con=0.5"
+# Knobs that change the training of every cell (not only of the cells with GD/ISD or S_H): a row is re-tested with
+# one only when each of its cells has that knob's variant, never a knob cell against a default one.
+RECIPE_KNOBS = (FALSE_NEGATIVES_KNOB,)
 
 READING_B_KNOB = "loss.delta_gd=0.8, loss.delta_isd=0.8, loss.gd_isd_scale=0.5"
 FCSTUDY_PRIOR = "typical_order"   # the Flow-CLIP study's language prior (docs/reproduction/flowclip_protocol.md)
@@ -178,7 +188,25 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("sh_full_d08", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, δ_gd 0.8)", "maxmatch_shapes",
              adjust=_loss(similarity="maxmatch", **_GD_ISD, **_DELTA_08), similarity="maxmatch",
              variant_of="sh_full", knob="loss.delta_gd=0.8"),
+    CellSpec("pvse_maxmatch_con", "knobs", "PVSE + MaxMatch (S_H, GD+ISD, L_con)", "pvse_shapes",
+             adjust=_loss(similarity="maxmatch", **_GD_ISD, lambda_con=0.5), similarity="maxmatch",
+             variant_of="pvse_maxmatch", knob=PLUGIN_CON_KNOB),
 )
+
+
+def _knob_variant(spec: CellSpec, suffix: str, what: str, knob: str, **loss_fields) -> CellSpec:
+    """`spec` with `loss_fields` changed on top of its own adjustments: the knob cell `<name>_<suffix>`."""
+    def adjust(c):
+        if spec.adjust is not None:
+            spec.adjust(c)
+        c.loss.update(loss_fields)
+    return dataclasses.replace(spec, name=f"{spec.name}_{suffix}", group="knobs", label=f"{spec.label} ({what})",
+                               adjust=adjust, variant_of=spec.name, knob=knob)
+
+
+SPECS += tuple(_knob_variant(next(s for s in SPECS if s.name == base), "fn", "false negatives ignored",
+                             FALSE_NEGATIVES_KNOB, **_IGNORE_FN)
+               for base in ("vse", "setdiv", "pvse", "pvse_maxmatch", "sh_full"))
 SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 

@@ -23,7 +23,7 @@ import shutil
 
 from reproduce import claims as C
 from reproduce import figures, flowclip_study, provenance, stats, tables
-from reproduce.grid import COMMON_SCORES, knob_variants
+from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
 from reproduce.tables import score_label
 
 HEADLINE, CHECK, QUICK, LONG = "converged", "converged_x2", "default", "long"
@@ -53,6 +53,15 @@ def _knob_swaps() -> list[tuple[str, dict]]:
     return list(knob_variants().items())
 
 
+def knob_applies(knob: str, swap: dict, row_cells, records: dict) -> bool:
+    """Whether a row is re-tested with `knob`: some of its cells have a variant, every such variant has records,
+    and, for a knob that changes every cell's training (`grid.RECIPE_KNOBS`), every cell of the row has one."""
+    mine = [k for k in row_cells if k in swap]
+    if not mine or not all(records.get(swap[k]) for k in mine):
+        return False
+    return knob not in RECIPE_KNOBS or len(mine) == len(set(row_cells))
+
+
 def claim_rows(cells: dict, claims, *, looks: str, protocol: str) -> list[dict]:
     """One row per claim: its declared result and, for RSUM claims, the verdict under every common score."""
     rows = []
@@ -65,9 +74,7 @@ def claim_rows(cells: dict, claims, *, looks: str, protocol: str) -> list[dict]:
                              for s in COMMON_SCORES}
         row["knobs"] = [{"knob": knob, "swap": {k: v for k, v in swap.items() if k in c.cells},
                          **C.decide(c, cells, protocol=protocol, looks=looks, swap=swap)}
-                        for knob, swap in _knob_swaps()
-                        if any(k in c.cells for k in swap) and all(cells.get(v) for k, v in swap.items()
-                                                                    if k in c.cells)]
+                        for knob, swap in _knob_swaps() if knob_applies(knob, swap, c.cells, cells)]
         rows.append(row)
     return rows
 

@@ -7,7 +7,8 @@
 Configs are compared as JSON (`config.to_json_best_effort()`, as `config.json` stores them), so tuples and lists
 are equal. A field present on one side only differs. `OPERATIONAL` fields are never compared: they cannot change
 the trained parameters. `RELOCATABLE` fields (paths to inputs) are compared only by whether they are set, since a
-moved dataset is the same dataset.
+moved dataset is the same dataset. `ADDED_FIELDS` are fields added to the configs after runs were saved without
+them; a side that lacks one is compared as holding the value that reproduces those runs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ OPERATIONAL = (
 )
 RELOCATABLE = ("data.path", "data.tokenizer_dir", "data.cache_dir", "data.clip_dir", "data.clip_workdir",
                "data.head_workdir", "model.text.bert_dir", "model.text.glove_path")
+# field -> the value every config saved before the field existed was trained with
+ADDED_FIELDS = {"loss.false_negatives": "keep"}
 _MISSING = object()
 
 
@@ -65,7 +68,7 @@ def outcome_diff(saved, current, *, only=None, ignore=()) -> list[str]:
     for path in sorted(set(a) | set(b)):
         if _matches(path, skip) or (only is not None and not _matches(path, only)):
             continue
-        x, y = a.get(path, _MISSING), b.get(path, _MISSING)
+        x, y = (d.get(path, ADDED_FIELDS.get(path, _MISSING)) for d in (a, b))
         if x is _MISSING or y is _MISSING:
             diff.append(path)
         elif (bool(x) != bool(y)) if path in RELOCATABLE else (x != y):

@@ -113,7 +113,7 @@ SCHEMA = {
         "loss.warmup_epochs": Int(ge=0), "loss.hard_negative_ramp_epochs": Num(ge=0),
         "loss.warmup_reduction": Choice(("mean", "sum")),
         "loss.reduction": Choice(("mean", "sum")), "loss.lambda_*": Num(ge=0), "loss.con_temperature": Num(gt=0),
-        "loss.score_units": Choice(("native", "cosine")),
+        "loss.score_units": Choice(("native", "cosine")), "loss.false_negatives": Choice(("keep", "ignore")),
         "loss.delta_gd": Num(), "loss.delta_isd": Num(), "loss.gd_isd_shape": Choice(("exp", "hinge")),
         "loss.gd_isd_scale": Num(gt=0), "loss.gd_target": Choice(("final", "residual")),
         "loss.isd_target": Choice(("final", "residual")), "loss.gd_stop_grad_global": BOOL,
@@ -226,6 +226,13 @@ def _loss_fields(c):
         yield f"loss.{key}", f"is not a loss field; known: {sorted(known)}"
 
 
+def _false_negatives(c):
+    # the pipeline's caption_true needs captions whose truth on any image is known (ShapesWorld's meanings)
+    if c["loss"].get("false_negatives", "keep") == "ignore" and c["data"]["name"] != "shapesworld":
+        yield "loss.false_negatives", (f"'ignore' needs to know which captions are true of which images, which only "
+                                       f"ShapesWorld does; data.name = {c['data']['name']!r}")
+
+
 def _retrieval_towers(c):
     data, model = c["data"], c["model"]
     pools = {"bigru": ("rnn", "max"), "bert": ("cls", "max")}.get(model["text"]["tower"])   # text_towers.py
@@ -290,6 +297,7 @@ CROSS_RULES = (
     *((task, ("data.batch_size",), _in_batch_negatives) for task in NEGATIVE_TASKS),
     ("retrieval", ("loss.solver", "loss.similarity", "model.set_head", "model.num_embeds"), _enumerate_k),
     ("retrieval", ("loss",), _loss_fields),
+    ("retrieval", ("loss", "data.name"), _false_negatives),
     ("retrieval", ("data.name", "model.text.tower", "model.image.tower"), _retrieval_towers),
     ("clip_pretrain", ("model.width", "model.heads", "model.image_size", "model.patch_size"), _clip_shapes),
     ("flowclip_head", ("flowclip.logit_scale_init", "flowclip.logit_scale_max"), _logit_scale),

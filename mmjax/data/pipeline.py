@@ -14,6 +14,10 @@ Batch layout (numpy; b = global batch / process_count images on this process, C 
     caption_uid   [b*C]     int64     image_id*C + c (caption identity across processes)
   optional (source built with negatives, Flow-CLIP):
     neg_caption_ids / neg_caption_mask / neg_caption_valid [b*C, T], neg_valid [b*C] bool (record has a T⁻)
+  optional (`pair_truth`, a source that knows its captions' meanings: ShapesWorld):
+    caption_true  [b, B*C]  bool      caption q of the *global* batch is true of local image i (its own captions
+                                      included), whatever image it was generated for: the in-batch false negatives
+                                      `loss.false_negatives='ignore'` keeps out of the negatives
 
 Order: the epoch permutation comes from SeedSequence([seed, 0, epoch]); the augmentation draws for a step from
 SeedSequence([seed, 1, epoch, step]) over the whole *global* batch, of which each process keeps its slice
@@ -31,11 +35,14 @@ Augmentation (docs/design.md#data-pipeline, Set Div / VSE∞ data pipeline), tra
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
+
+from mmjax.data.shapesworld.suites import pair_truth as shapesworld_pair_truth
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +60,7 @@ class PipelineConfig:
     caption_random_frac: float = 0.1
     min_caption_tokens: int = 1
     prefetch: int = 2  # batches prepared ahead by a background thread; 0 = synchronous
+    pair_truth: bool = False  # add `caption_true` (module docstring); needs a source with `pair_truth`
     process_index: int | None = None  # None → jax.process_index()
     process_count: int | None = None  # None → jax.process_count()
 
@@ -74,6 +82,9 @@ class InMemorySource:
     neg_mask: np.ndarray | None = None
     neg_token_valid: np.ndarray | None = None
     neg_valid: np.ndarray | None = None  # [N, C]
+    # pair_truth(caption_rows [M], image_rows [b]) -> bool [b, M·C]: reading c of example caption_rows[k] is true of
+    # example image_rows[i] (ShapesWorld: `shapesworld.suites.pair_truth`); None: the source cannot tell
+    pair_truth: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
 
     def __post_init__(self):
         n = len(self.images)
@@ -111,7 +122,7 @@ def source_from_shapesworld(data: dict, tokenizer, *, with_negatives: bool = Fal
         caption_ids=enc.ids.reshape(shape), caption_mask=enc.attention_mask.reshape(shape),
         caption_valid=enc.valid_mask.reshape(shape), pad_id=tokenizer.pad_id, mask_id=tokenizer.mask_id,
         random_token_ids=np.setdiff1d(np.arange(tokenizer.vocab_size), sorted(tokenizer.special_ids)),
-        **kwargs)
+        pair_truth=functools.partial(shapesworld_pair_truth, data), **kwargs)
 
 
 def drop_regions(rng: np.random.Generator, mask: np.ndarray, p: float, min_keep: int) -> np.ndarray:
@@ -180,6 +191,9 @@ class BatchIterator(Iterator[dict]):
             raise ValueError(f"batch_size {b} > {n} examples with drop_remainder=True")
         if config.augment and config.caption_drop_prob > 0 and config.caption_mask_frac > 0 and source.mask_id is None:
             raise ValueError("caption_mask_frac > 0 needs a tokenizer with a mask token (CLIP BPE has none)")
+        if config.pair_truth and source.pair_truth is None:
+            raise ValueError("PipelineConfig.pair_truth (loss.false_negatives='ignore') needs a source that knows which "
+                             "captions are true of which images (ShapesWorld); this source has no pair_truth")
         self.position = tuple(start)
         self._queue: queue.Queue | None = None
         self._stop = threading.Event()
@@ -230,6 +244,8 @@ class BatchIterator(Iterator[dict]):
         out.update(caption_ids=ids[rows], caption_mask=att[rows], caption_valid=val[rows],
                    caption_image=np.repeat(np.arange(b, dtype=np.int32), c),
                    caption_uid=(out["image_ids"][:, None] * c + np.arange(c)).reshape(-1))
+        if cfg.pair_truth:
+            out["caption_true"] = src.pair_truth(idx, idx[local])
         if src.neg_ids is not None:
             li = idx[local]
             out.update(neg_caption_ids=src.neg_ids[li].reshape(b * c, t),

@@ -14,6 +14,11 @@ mean the same as for a cosine-valued similarity; docs/design.md#score-units); Di
 (`modality_reduce='sum'`, Set Div) or averaged (`'mean'`); MMD runs between all valid image and caption elements.
 Terms whose weight is 0 are not computed.
 
+`false_negatives='ignore'` keeps the pairs `ignore_pairs` marks (a caption true of another image of the batch than
+its own: the data pipeline's `caption_true`, ShapesWorld) out of both ranking losses' negatives, warm-up and ramp
+included; `'keep'` (default, the papers' recipe: positives are the source pairs only) treats them as negatives
+(docs/design.md#false-negatives).
+
 Model outputs per modality: a mapping with "set" [N, K, D] (unit rows), "residual" [N, K, D], "global" [N, D] (ĝ, the
 normalised LN(global) added to every residual) and optionally "mask" [N, K].
 """
@@ -43,6 +48,7 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
         warmup_reduction="mean",      # VSE0 warm-up: 'mean' (Set Div) | 'sum' (VSE∞)
         hard_negative_ramp_epochs=0.0,  # after warm-up, blend all → hardest negatives linearly over this many epochs
         reduction="mean",             # triplet after warm-up: 'mean' (Set Div, MaxMatch) | 'sum' (VSE∞)
+        false_negatives="keep",       # 'keep' | 'ignore': in-batch captions true of another image (module docstring)
         lambda_con=0.5, con_temperature=0.05,
         score_units="native",         # 'native' | 'cosine': margin and temperature in cosine units for S_H scores
         lambda_gd=0.1, delta_gd=0.6,
@@ -58,6 +64,7 @@ def maxmatch_loss_config() -> ml_collections.ConfigDict:
 
 
 SCORE_UNITS = ("native", "cosine")
+FALSE_NEGATIVES = ("keep", "ignore")
 EXPONENTIAL_KINDS = ("maxmatch", "maxmatch_topk", "sinkhorn_soft")  # kinds that average f_s(C) = (e^{sC} − 1)/s
 
 
@@ -99,12 +106,14 @@ def _target(out, which, name):
 
 
 def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, image_ids=None,
-                       image_valid=None, caption_valid=None, matching=None, all_pairs: AllPairsLayout | None = None):
+                       image_valid=None, caption_valid=None, matching=None, all_pairs: AllPairsLayout | None = None,
+                       ignore_pairs=None):
     """Total loss and per-term metrics. `image`/`text`: model outputs (module docstring); `matching`: the
     `config.matching` solver options (see `similarity_options`); `all_pairs`: how S is laid out over the mesh
     (`mmjax.sharded_similarity.AllPairsLayout`, from `config.sharding`; None = one block tensor). `warmup`: True
     (VSE0 all-negative triplet), False (hardest negative) or a traced scalar w ∈ [0, 1], the weight of the
-    all-negative form during the ramp.
+    all-negative form during the ramp. `ignore_pairs`: bool [N_images, N_captions], required with
+    `false_negatives='ignore'` and refused otherwise (module docstring).
 
     Concrete `caption_image` (host numpy, eager calls) must lie in [0, N_images): an out-of-range index raises
     ValueError before any scoring (a negative one would silently wrap to the last image). Under jit the indices are
@@ -123,6 +132,12 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
         raise ValueError(f"div_type must be 'uniformity' or 'gram', got {cfg.div_type!r}")
     if cfg.score_units not in SCORE_UNITS:
         raise ValueError(f"score_units must be one of {SCORE_UNITS}, got {cfg.score_units!r}")
+    if cfg.false_negatives not in FALSE_NEGATIVES:
+        raise ValueError(f"false_negatives must be one of {FALSE_NEGATIVES}, got {cfg.false_negatives!r}")
+    if (cfg.false_negatives == "ignore") != (ignore_pairs is not None):
+        raise ValueError("loss.false_negatives='ignore' needs ignore_pairs (the batch's caption_true)"
+                         if ignore_pairs is None else
+                         "ignore_pairs was given but loss.false_negatives='keep' would treat those pairs as negatives")
     reduce = (lambda a, b: a + b) if cfg.modality_reduce == "sum" else (lambda a, b: 0.5 * (a + b))
     i_mask, t_mask = image.get("mask"), text.get("mask")
 
@@ -133,7 +148,8 @@ def maxmatch_objective(image, text, caption_image, cfg=None, *, warmup=False, im
     caption_image, caption_valid = layout.replicate(caption_image), layout.replicate(caption_valid)
     if cfg.score_units == "cosine":
         scores = cosine_units(scores, cfg.similarity, cfg.s_h)
-    valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid)
+    valid = dict(image_ids=image_ids, image_valid=image_valid, caption_valid=caption_valid,
+                 ignore_pairs=ignore_pairs)
     streamed = dict(anchor_hinge_sum=layout.anchor_hinge_sum) if layout.kind != "xla" else {}
     tri_all = functools.partial(triplet_loss, scores, caption_image, margin=cfg.margin, hard_negative="all",
                                 reduction=cfg.warmup_reduction, **valid, **streamed)

@@ -25,6 +25,10 @@ Symmetric multi-positive InfoNCE over Z = S/τ:
     L^{t2i} = −(1/N_t) Σ_n log( Σ_i Y[i,n] e^{Z[i,n]} / Σ_i e^{Z[i,n]} )
     L_con   = ½ (L^{i2t} + L^{t2i})
 
+Optional `ignore_pairs[N_i, N_t]` (bool) marks pairs that are neither negatives nor positives: a caption true of
+another image of the batch than its own (ShapesWorld's in-batch false negatives, `loss.false_negatives='ignore'`).
+They leave N (every max and every all-negative sum) and InfoNCE's denominators; positives (Y) are never ignored.
+
 Optional `image_valid[N_i]` / `caption_valid[N_t]` drop padded examples from anchors and negatives alike: their
 scores are replaced with `jnp.where` before any reduction, so a NaN score of a padded example (e.g. an empty set's,
 `mmjax.similarity`) reaches neither the loss nor the gradients.
@@ -86,6 +90,17 @@ def _check(scores, caption_image, image_ids):
     check_indices(caption_image, scores.shape[0])
 
 
+def _negatives(y, iv, cv, ignore_pairs):
+    neg = ~y & iv[:, None] & cv[None, :]
+    return neg if ignore_pairs is None else neg & ~jnp.asarray(ignore_pairs, bool)
+
+
+def _check_ignore(scores, ignore_pairs):
+    if ignore_pairs is not None and np.shape(ignore_pairs) != scores.shape:
+        raise ValueError(f"ignore_pairs must have the scores' shape {scores.shape} ([N_images, N_captions]), "
+                         f"got {np.shape(ignore_pairs)}")
+
+
 def _valid(n, mask):
     return jnp.ones((n,), bool) if mask is None else jnp.asarray(mask, bool)
 
@@ -103,13 +118,14 @@ def dense_anchor_hinge_sum(scores, neg, caption_image, s_pos, anchor, margin):
 
 def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: str = "max",
                  reduction: str = "mean", image_ids=None, image_valid=None, caption_valid=None,
-                 anchor_hinge_sum=None):
+                 anchor_hinge_sum=None, ignore_pairs=None):
     """Bidirectional triplet ranking loss (module docstring). Returns (loss, {"i2t", "t2i"}). `anchor_hinge_sum`:
     how the all-negative form's image-to-text sum H is computed (None: the [N_t, N_t] rows at once).
 
     Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
     _check(scores, caption_image, image_ids)
+    _check_ignore(scores, ignore_pairs)
     caption_image = jnp.asarray(caption_image)
     if hard_negative not in ("max", "all"):
         raise ValueError(f"hard_negative must be 'max' or 'all', got {hard_negative!r}")
@@ -118,7 +134,7 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
     n_i, n_t = scores.shape
     iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
     y = _positive_mask(caption_image, n_i, image_ids)
-    neg = ~y & iv[:, None] & cv[None, :]
+    neg = _negatives(y, iv, cv, ignore_pairs)
     anchor = cv & iv[caption_image]
     s_pos = jnp.take_along_axis(scores, caption_image[None, :], axis=0)[0]       # s_n
     if hard_negative == "max":
@@ -144,19 +160,21 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
 
 
 def infonce_loss(scores, caption_image, *, temperature: float = 0.05, image_ids=None, image_valid=None,
-                 caption_valid=None):
+                 caption_valid=None, ignore_pairs=None):
     """Symmetric multi-positive InfoNCE (module docstring). Returns (loss, {"i2t", "t2i"}).
 
     Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
     _check(scores, caption_image, image_ids)
     caption_image = jnp.asarray(caption_image)
+    _check_ignore(scores, ignore_pairs)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     n_i, n_t = scores.shape
     iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
     both = iv[:, None] & cv[None, :]
     y = _positive_mask(caption_image, n_i, image_ids) & both
+    both = y | _negatives(y, iv, cv, ignore_pairs)   # the denominators: positives and negatives
     z = scores / temperature
     lse = lambda x, m, ax: jax.nn.logsumexp(jnp.where(m, x, _NEG), axis=ax)
     i2t_terms = lse(z, both, 1) - lse(z, y, 1)

@@ -64,9 +64,13 @@ class RetrievalTask:
         if d.name == "precomp":  # read train and dev now: a dev split of another feature size fails before training
             self.data.split("train"), self.data.split(d.val_split)
         self.examples_per_step = d.batch_size
+        # loss.false_negatives='ignore': each batch carries caption_true, the pairs kept out of the negatives
+        self.ignore_false_negatives = config.loss.get("false_negatives", "keep") == "ignore"
+        if self.ignore_false_negatives:
+            self.device_keys = (*type(self).device_keys, "caption_true")
         self.pipeline = PipelineConfig(batch_size=d.batch_size, seed=config.seed, augment=d.augment,
                                        region_drop_prob=d.region_drop_prob, caption_drop_prob=d.caption_drop_prob,
-                                       prefetch=d.prefetch)
+                                       prefetch=d.prefetch, pair_truth=self.ignore_false_negatives)
 
     def split_data(self, split: str):
         """(raw generated data or None, tokenised `InMemorySource`) of a split, generated/read once."""
@@ -123,7 +127,8 @@ class RetrievalTask:
                                            warmup=phase, image_valid=valid,
                                            caption_valid=valid[batch["caption_image"]],
                                            matching=self.config.get("matching"),
-                                           all_pairs=AllPairsLayout.from_config(self.config.sharding))
+                                           all_pairs=AllPairsLayout.from_config(self.config.sharding),
+                                           ignore_pairs=batch.get("caption_true"))
         return loss, (metrics, updates)
 
     # ---- evaluation ----------------------------------------------------------------------------------------

@@ -97,6 +97,8 @@ BAD = [
     ("clip_shapes", "smoke", {"model.patch_size": 0}, "model.patch_size", ">= 1"),
     ("clip_shapes", "smoke", {"optim.warmup_steps": -1}, "optim.warmup_steps", ">= 0"),
     ("flowclip_shapes", "smoke", {"flowclip.pool": "mean"}, "flowclip.pool", "'logsumexp'"),
+    ("maxmatch_shapes", "smoke", {"loss.false_negatives": "drop"}, "loss.false_negatives", "'ignore'"),
+    ("maxmatch_coco", "bigru", {"loss.false_negatives": "ignore"}, "loss.false_negatives", "only ShapesWorld"),
     ("flowclip_shapes", "smoke", {"flowclip.tau_p": 0.0}, "flowclip.tau_p", "> 0"),
     ("flowclip_shapes", "smoke", {"flowclip.cimr_kappa": "auto"}, "flowclip.cimr_kappa", "'logit_scale'"),
     ("flowclip_shapes", "smoke", {"flowclip.all_pairs": "fast"}, "flowclip.all_pairs", "'gram'"),
@@ -295,6 +297,15 @@ def test_fields_removed_from_the_configs_do_not_block_resume():
     assert outcome_diff(saved, c) == []
     saved["model"]["old_field"] = 1                  # a removed outcome field is a difference
     assert outcome_diff(saved, c) == ["model.old_field"]
+
+
+def test_a_field_added_later_compares_as_the_value_older_runs_were_trained_with():
+    # loss.false_negatives came after runs were saved without it; they treated every other caption as a negative
+    c = cfg("maxmatch_shapes", "smoke")
+    saved = c.to_dict()
+    del saved["loss"]["false_negatives"]
+    assert outcome_diff(saved, c) == [] and outcome_diff(c, saved) == []
+    assert outcome_diff(saved, _changed(c, {"loss.false_negatives": "ignore"})) == ["loss.false_negatives"]
 
 
 def test_check_resume_names_fields_with_both_values():

@@ -313,3 +313,18 @@ def test_swap_substitutes_the_knob_cell():
     assert r["delta"] == pytest.approx(10.0)
     r = C.decide(BY_ID["M2a"], {**data, "sc_divmmd": data["sh_divmmd"]}, swap=swap)   # sc_full_b was not run
     assert r["verdict"] == "missing" and r["missing"] == ["sc_full_b"]
+
+
+def test_a_recipe_knob_retests_only_rows_whose_every_cell_has_its_variant():
+    from reproduce.report import knob_applies
+    x = [410.0, 411.0, 412.0]
+    fn = grid.knob_variants()[grid.FALSE_NEGATIVES_KNOB]
+    have = cells(**{n: x for n in ("setdiv_fn", "sh_full_fn", "vse_fn", "pvse_fn", "pvse_maxmatch_fn")})
+    applies = {c.id for c in C.CLAIMS if knob_applies(grid.FALSE_NEGATIVES_KNOB, fn, c.cells, have)}
+    assert applies == {"B1", "B2", "P1", "S3", "D3", "D4"}   # the rows made of those cells only
+    assert not applies & {"M2b", "M3"}      # never sh_full_fn against a default-recipe ablation cell
+    without = {k: v for k, v in have.items() if k != "vse_fn"}
+    assert not knob_applies(grid.FALSE_NEGATIVES_KNOB, fn, BY_ID["B2"].cells, without)   # vse_fn not run yet
+    # a GD/ISD knob changes only the cells with GD/ISD: M2b re-tests sh_full_b against the default sh_divmmd
+    b = grid.knob_variants()[grid.READING_B_KNOB]
+    assert knob_applies(grid.READING_B_KNOB, b, BY_ID["M2b"].cells, cells(sh_full_b=x))

@@ -65,7 +65,8 @@ def _knob_fields(knob: str) -> dict:
 def test_knob_cells_differ_from_their_claim_cell_only_in_the_fields_their_knob_names(budget, tmp_path):
     knobs = [s for s in grid.SPECS if s.group == "knobs"]
     assert {s.name for s in knobs} >= {"sc_full_b", "sh_full_b", "sh_divmmd_cos", "sh_full_cos", "sc_full_d08",
-                                       "sh_full_d08", "sc_full_hinge", "sh_full_hinge"}
+                                       "sh_full_d08", "sc_full_hinge", "sh_full_hinge", "vse_fn", "setdiv_fn",
+                                       "pvse_fn", "pvse_maxmatch_fn", "sh_full_fn", "pvse_maxmatch_con"}
     for spec in knobs:
         fields = _knob_fields(spec.knob)
         cfg = _configs([spec.name, spec.variant_of], budget, tmp_path)
@@ -82,9 +83,12 @@ def test_knob_variants_are_the_protocols_knob_table():
     assert variants == {"loss.gd_isd_shape='hinge'": {"sc_full": "sc_full_hinge", "sh_full": "sh_full_hinge"},
                         grid.READING_B_KNOB: {"sc_full": "sc_full_b", "sh_full": "sh_full_b"},
                         "loss.score_units='cosine'": {"sh_divmmd": "sh_divmmd_cos", "sh_full": "sh_full_cos"},
-                        "loss.delta_gd=0.8": {"sc_full": "sc_full_d08", "sh_full": "sh_full_d08"}}
+                        "loss.delta_gd=0.8": {"sc_full": "sc_full_d08", "sh_full": "sh_full_d08"},
+                        grid.FALSE_NEGATIVES_KNOB: {b: f"{b}_fn" for b in ("vse", "setdiv", "pvse", "pvse_maxmatch",
+                                                                             "sh_full")},
+                        grid.PLUGIN_CON_KNOB: {"pvse_maxmatch": "pvse_maxmatch_con"}}
     protocol = open(os.path.join(REPO, "docs", "reproduction", "protocol.md")).read()
-    rows = [line for line in protocol.splitlines() if re.match(r"\| [a-z0-9_]+, [a-z0-9_]+ \| ", line)]
+    rows = [line for line in protocol.splitlines() if re.match(r"\| [a-z0-9_]+(, [a-z0-9_]+)* \| .*`loss\.", line)]
     named = {}
     for line in rows:
         cells, change = line.split(" | ")[0][2:], line.split(" | ")[1]

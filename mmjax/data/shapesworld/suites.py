@@ -81,6 +81,18 @@ def retrieval_positives(data: dict) -> np.ndarray:
     return semantic_positives(meanings.reshape(-1, meanings.shape[-1]), data).T
 
 
+SCENE_KEYS = ("obj_colour", "obj_shape", "obj_size", "obj_row", "obj_col")
+
+
+def pair_truth(data: dict, caption_rows: np.ndarray, image_rows: np.ndarray) -> np.ndarray:
+    """bool [len(image_rows), len(caption_rows)·C]: whether reading c of example caption_rows[k] (column k·C + c, a
+    training batch's caption layout) is true of the scene of example image_rows[i]. The training pipeline's
+    `caption_true` (`mmjax.data.pipeline`; used by `loss.false_negatives='ignore'`)."""
+    meanings = data["caption_meaning"][caption_rows]
+    scenes = {k: data[k][image_rows] for k in SCENE_KEYS}
+    return semantic_positives(meanings.reshape(-1, meanings.shape[-1]), scenes).T
+
+
 def semantic_positives(meanings: np.ndarray, data: dict) -> np.ndarray:
     """truth(meaning, scene_j) for every meaning and every image of `data`, vectorised over images: bool [M, N]."""
     colour, shape, size = data["obj_colour"], data["obj_shape"], data["obj_size"]  # [N, O], −1 padded
