@@ -7,6 +7,8 @@ report can show that no cell collapses when hardest negatives come in (reproduce
 |s_L|, the size of the local branch's contribution to the score, and their logit scale).
 `largest_val_drop(curves)` = max_i (max_{j ≤ i} v_j − v_i) over the validation RSUMs v: 0 for a curve that never
 falls, the size of the fall for a run that collapses after a peak.
+`collapse(curves)`: the run's best and last validation RSUM when the last is more than `COLLAPSE_DROP` below the best
+(the validity rule of docs/reproduction/protocol.md, change list 2026-12-04), else None.
 """
 
 from __future__ import annotations
@@ -71,6 +73,20 @@ def largest_val_drop(curves: dict) -> float | None:
         best = max(best, v)
         drop = max(drop, best - v)
     return drop
+
+
+# A run whose last validation RSUM is more than this fraction below its best collapsed: its best checkpoint is a
+# warm-up or ramp one and a comparison with it does not test the method (protocol change list, 2026-12-04).
+COLLAPSE_DROP = 0.10
+
+
+def collapse(curves: dict) -> dict | None:
+    """{"best", "end"}: the best and the last validation RSUM (`val_key`) of a run that ended more than
+    `COLLAPSE_DROP` below its best; None for any other run, or one without validations."""
+    vals = [v for v in (curves.get("val") or {}).get(val_key(curves), []) if v is not None]
+    if not vals or vals[-1] >= (1.0 - COLLAPSE_DROP) * max(vals):
+        return None
+    return {"best": max(vals), "end": vals[-1]}
 
 
 def last_value(curves: dict, key: str) -> float | None:

@@ -248,7 +248,7 @@ def training_curves(aggregate: dict, path: str) -> str | None:
 
 
 VERDICT_COLORS = {"reproduced": "tab:green", "reversed": "tab:red", "not reproduced": "tab:gray",
-                  "inconclusive": "tab:olive"}
+                  "inconclusive": "tab:olive", "untestable": "tab:purple"}
 
 
 def claims_forest(rows: list[dict], path: str) -> str | None:

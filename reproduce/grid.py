@@ -119,8 +119,13 @@ _DELTA_08 = dict(delta_gd=0.8)                        # the source's other GD ma
 # every image of a 128-image batch has another image's caption true of it.
 _IGNORE_FN = dict(false_negatives="ignore")
 FALSE_NEGATIVES_KNOB = "loss.false_negatives='ignore'"
-# The PVSE plug-in with every MaxMatch loss, L_con included ("our similarity and losses"; the claim cell has GD+ISD).
-PLUGIN_CON_KNOB = "loss.lambda_con=0.5"
+# MaxMatch's L_con (λ_con = 0.5, the term the five ablation cells have and the collapsing cells lack) added to the
+# cells of B1, B2 and P1 that lack it: the PVSE plug-in with every MaxMatch loss ("our similarity and losses"), and
+# the baselines with the stabiliser MaxMatch's recipe has (protocol change list, 2026-12-04).
+CON_KNOB = "loss.lambda_con=0.5"
+# Knob variants that are existing cells: Set Div with L_con is the sc_divmmd cell field for field
+# (tests/reproduce/test_grid_runner.py), so it needs no run of its own.
+KNOB_ALIASES = {CON_KNOB: {"setdiv": "sc_divmmd"}}
 # Knobs that change the training of every cell (not only of the cells with GD/ISD or S_H): a row is re-tested with
 # one only when each of its cells has that knob's variant, never a knob cell against a default one.
 RECIPE_KNOBS = (FALSE_NEGATIVES_KNOB,)
@@ -188,9 +193,6 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("sh_full_d08", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, δ_gd 0.8)", "maxmatch_shapes",
              adjust=_loss(similarity="maxmatch", **_GD_ISD, **_DELTA_08), similarity="maxmatch",
              variant_of="sh_full", knob="loss.delta_gd=0.8"),
-    CellSpec("pvse_maxmatch_con", "knobs", "PVSE + MaxMatch (S_H, GD+ISD, L_con)", "pvse_shapes",
-             adjust=_loss(similarity="maxmatch", **_GD_ISD, lambda_con=0.5), similarity="maxmatch",
-             variant_of="pvse_maxmatch", knob=PLUGIN_CON_KNOB),
 )
 
 
@@ -207,6 +209,8 @@ def _knob_variant(spec: CellSpec, suffix: str, what: str, knob: str, **loss_fiel
 SPECS += tuple(_knob_variant(next(s for s in SPECS if s.name == base), "fn", "false negatives ignored",
                              FALSE_NEGATIVES_KNOB, **_IGNORE_FN)
                for base in ("vse", "setdiv", "pvse", "pvse_maxmatch", "sh_full"))
+SPECS += tuple(_knob_variant(next(s for s in SPECS if s.name == base), "con", "with L_con", CON_KNOB, lambda_con=0.5)
+               for base in ("pvse_maxmatch", "vse", "pvse"))
 SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 
@@ -217,8 +221,8 @@ def clip_of(cell: Cell) -> Cell:
 
 
 def knob_variants() -> dict[str, dict[str, str]]:
-    """{knob: {claim cell: the cell that changes it}} over the `knobs` group."""
-    out: dict[str, dict[str, str]] = {}
+    """{knob: {claim cell: the cell that changes it}} over the `knobs` group and `KNOB_ALIASES`."""
+    out: dict[str, dict[str, str]] = {knob: dict(alias) for knob, alias in KNOB_ALIASES.items()}
     for s in SPECS:
         if s.variant_of:
             out.setdefault(s.knob, {})[s.variant_of] = s.name

@@ -24,6 +24,7 @@ import shutil
 from reproduce import claims as C
 from reproduce import figures, flowclip_study, provenance, stats, tables
 from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
+from reproduce.curves import COLLAPSE_DROP, collapse
 from reproduce.tables import score_label
 
 HEADLINE, CHECK, QUICK, LONG = "converged", "converged_x2", "default", "long"
@@ -47,6 +48,39 @@ def seed_metrics(records: list[dict]) -> dict:
     return out
 
 
+def collapsed_runs(records: list[dict]) -> dict:
+    """{cell: {seed: {"best", "end"}}}: the runs of one budget that collapsed (`curves.collapse`)."""
+    out: dict = {}
+    for r in records:
+        hit = collapse(r.get("curves") or {})
+        if hit:
+            out.setdefault(r["name"], {})[r["seed"]] = hit
+    return out
+
+
+def gate(result: dict, cells: dict, collapsed: dict | None) -> dict:
+    """`result` made 'untestable' when one of its cells collapsed in at least half of the seeds it gave the test: the
+    comparison would measure a collapsed run, not the method (protocol change list, 2026-12-04). The test's own
+    verdict stays as `tested_verdict`, the collapsed runs as `collapsed` {cell: [[seed, best, end], ...]}."""
+    if not collapsed or result["verdict"] == "missing":
+        return result
+    hits = {}
+    for cell in dict.fromkeys(result.get("cells") or ()):
+        ran = [k for k in result.get("seeds") or () if k in (cells.get(cell) or {})]
+        bad = [[k, collapsed[cell][k]["best"], collapsed[cell][k]["end"]] for k in ran if k in collapsed.get(cell, {})]
+        if ran and 2 * len(bad) >= len(ran):
+            hits[cell] = bad
+    if not hits:
+        return result
+    return {**result, "verdict": "untestable", "tested_verdict": result["verdict"], "collapsed": hits}
+
+
+def collapse_text(hits: dict) -> str:
+    """'collapsed: vse seed 0 (val RSUM 432 → 280)' for a gated result's `collapsed`."""
+    return "collapsed: " + "; ".join(f"{cell} seed {k} (val RSUM {best:.0f} → {end:.0f})"
+                                     for cell, runs in hits.items() for k, best, end in runs)
+
+
 # ---- claim rows ------------------------------------------------------------------------------------------------
 
 def _knob_swaps() -> list[tuple[str, dict]]:
@@ -62,18 +96,21 @@ def knob_applies(knob: str, swap: dict, row_cells, records: dict) -> bool:
     return knob not in RECIPE_KNOBS or len(mine) == len(set(row_cells))
 
 
-def claim_rows(cells: dict, claims, *, looks: str, protocol: str) -> list[dict]:
-    """One row per claim: its declared result and, for RSUM claims, the verdict under every common score."""
+def claim_rows(cells: dict, claims, *, looks: str, protocol: str, collapsed: dict | None = None) -> list[dict]:
+    """One row per claim: its declared result and, for RSUM claims, the verdict under every common score; every
+    result passes the collapse `gate` (`collapsed`: `collapsed_runs` of the same budget)."""
+    def decide(c, **kw):
+        return gate(C.decide(c, cells, looks=looks, **{"protocol": protocol, **kw}), cells, collapsed)
+
     rows = []
     for c in claims:
-        row = {"id": c.id, "claim": c, "result": C.decide(c, cells, protocol=protocol, looks=looks)}
+        row = {"id": c.id, "claim": c, "result": decide(c)}
         if looks == "two":
-            row["source_gt"] = C.decide(c, cells, protocol="source", looks=looks)
+            row["source_gt"] = decide(c, protocol="source")
         if C.QUANTITIES[c.quantity][2]:
-            row["scores"] = {s: C.decide(c, cells, protocol=protocol, score=s, looks=looks)["verdict"]
-                             for s in COMMON_SCORES}
+            row["scores"] = {s: decide(c, score=s)["verdict"] for s in COMMON_SCORES}
         row["knobs"] = [{"knob": knob, "swap": {k: v for k, v in swap.items() if k in c.cells},
-                         **C.decide(c, cells, protocol=protocol, looks=looks, swap=swap)}
+                         **decide(c, swap=swap)}
                         for knob, swap in _knob_swaps() if knob_applies(knob, swap, c.cells, cells)]
         rows.append(row)
     return rows
@@ -84,6 +121,9 @@ def _why(row: dict, others: dict) -> str:
     knobs and the other budgets with their verdicts."""
     v = row["result"]["verdict"]
     parts = []
+    if row["result"].get("collapsed"):
+        parts.append(f"{collapse_text(row['result']['collapsed'])}; the test alone says "
+                     f"{_delta(row['result'])} {row['result']['tested_verdict']}")
     if row["result"].get("missing"):
         what = "no value in the records of" if row["result"].get("no_value") else "cells not run yet:"
         parts.append(f"{what} " + ", ".join(row["result"]["missing"]))
@@ -96,12 +136,15 @@ def _why(row: dict, others: dict) -> str:
     if flips:
         parts.append("another verdict under " + ", ".join(flips))
     for k in row.get("knobs") or ():
-        parts.append(f"`{k['knob']}`: {_delta(k)} {k['verdict']}")
+        gated = (f" ({collapse_text(k['collapsed'])}; the test alone: {k['tested_verdict']})" if k.get("collapsed")
+                 else "")
+        parts.append(f"`{k['knob']}`: {_delta(k)} {k['verdict']}{gated}")
     for budget, label in (("converged_x2", "20 epochs"), ("long", "10 epochs, quick recipe"),
                           ("default", "2 epochs")):
         o = (others.get(budget) or {}).get(row["id"])
         if o and o["result"]["verdict"] != "missing":
-            parts.append(f"{label}: {_delta(o['result'])} {o['result']['verdict']}")
+            gated = f" ({collapse_text(o['result']['collapsed'])})" if o["result"].get("collapsed") else ""
+            parts.append(f"{label}: {_delta(o['result'])} {o['result']['verdict']}{gated}")
     return "; ".join(parts) or "–"
 
 
@@ -132,17 +175,19 @@ def _test_text(r: dict, claim=None) -> str:
 def build_report(records: list[dict], *, command: str) -> dict:
     budgets = by_budget(records)
     cells = {b: seed_metrics(rs) for b, rs in budgets.items()}
+    collapsed = {b: collapsed_runs(rs) for b, rs in budgets.items()}
     headline = [c for c in C.CLAIMS if c.table == "maxmatch"]
     derived = [c for c in C.CLAIMS if c.table == "derived"]
     flowclip = [c for c in C.CLAIMS if c.table == "flowclip"]
-    rows = {"headline": claim_rows(cells.get(HEADLINE, {}), headline, looks="two", protocol="semantic"),
-            "derived": claim_rows(cells.get(HEADLINE, {}), derived, looks="two", protocol="semantic")}
+    gated = dict(looks="two", protocol="semantic", collapsed=collapsed.get(HEADLINE))
+    rows = {"headline": claim_rows(cells.get(HEADLINE, {}), headline, **gated),
+            "derived": claim_rows(cells.get(HEADLINE, {}), derived, **gated)}
     others = {}
     for budget in (CHECK, LONG, QUICK):
         if budget in cells:
             protocol = "semantic" if budget == CHECK else "source"
             others[budget] = {r["id"]: r for r in claim_rows(cells[budget], headline + derived, looks="one",
-                                                                  protocol=protocol)}
+                                                                  protocol=protocol, collapsed=collapsed[budget])}
     for r in rows["headline"] + rows["derived"]:
         r["why"] = _why(r, others)
     for r in others.get(QUICK, {}).values():  # the quick rows: their knobs and the 10-epoch cells
@@ -226,7 +271,9 @@ def render_markdown(report: dict) -> str:
           "below). Protocol, declared before the runs: [docs/reproduction/protocol.md](reproduction/protocol.md). "
           f"Quantity per seed on the test split with the best-on-validation parameters; RSUM = semantic ground truth, "
           f"each cell's own inference score; Δ as the comparison reads; tests at α = {C.HEADLINE_ALPHA} (Pocock, two "
-          "looks: seeds 0–2, then 0–4 for an undecided row); 'why' lists the source-ground-truth verdict when it "
+          "looks: seeds 0–2, then 0–4 for an undecided row); a row is **untestable** when one of its cells collapsed "
+          f"(its last validation RSUM more than {COLLAPSE_DROP:.0%} below its best) in at least half of its seeds, "
+          "whatever the test says; 'why' lists the collapsed runs, the source-ground-truth verdict when it "
           "differs, the common scores under which the verdict would differ, the knobs, and the other budgets.", ""]
     L += _claim_table(head, table)
     L += ["Quotes:", ""] + [f"- **{r['claim'].id}** ({r['claim'].ref}): “{r['claim'].quote}”" for r in head] + [""]

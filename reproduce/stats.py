@@ -35,7 +35,8 @@ from scipy import stats as _st
 
 ALPHA = 0.05
 DIRECTIONS = ("increase", "decrease", "equal")
-VERDICTS = ("reproduced", "not reproduced", "reversed", "inconclusive", "missing")
+# 'untestable': set by the report, not by a test, when a cell of the comparison collapsed (reproduce.report)
+VERDICTS = ("reproduced", "not reproduced", "reversed", "inconclusive", "untestable", "missing")
 
 
 @dataclasses.dataclass(frozen=True)

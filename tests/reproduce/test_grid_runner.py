@@ -66,7 +66,8 @@ def test_knob_cells_differ_from_their_claim_cell_only_in_the_fields_their_knob_n
     knobs = [s for s in grid.SPECS if s.group == "knobs"]
     assert {s.name for s in knobs} >= {"sc_full_b", "sh_full_b", "sh_divmmd_cos", "sh_full_cos", "sc_full_d08",
                                        "sh_full_d08", "sc_full_hinge", "sh_full_hinge", "vse_fn", "setdiv_fn",
-                                       "pvse_fn", "pvse_maxmatch_fn", "sh_full_fn", "pvse_maxmatch_con"}
+                                       "pvse_fn", "pvse_maxmatch_fn", "sh_full_fn", "pvse_maxmatch_con", "vse_con",
+                                       "pvse_con"}
     for spec in knobs:
         fields = _knob_fields(spec.knob)
         cfg = _configs([spec.name, spec.variant_of], budget, tmp_path)
@@ -78,6 +79,15 @@ def test_knob_cells_differ_from_their_claim_cell_only_in_the_fields_their_knob_n
     assert _knob_fields(grid.READING_B_KNOB) == {"loss.delta_gd": 0.8, "loss.delta_isd": 0.8, "loss.gd_isd_scale": 0.5}
 
 
+@pytest.mark.parametrize("budget", ["default", "converged"])
+def test_a_knob_alias_is_its_claim_cell_with_the_knob_field_for_field(budget, tmp_path):
+    for knob, aliases in grid.KNOB_ALIASES.items():
+        fields = _knob_fields(knob)
+        for claim_cell, alias in aliases.items():
+            cfg = _configs([claim_cell, alias], budget, tmp_path)
+            assert {**cfg[claim_cell], **fields} == cfg[alias], (claim_cell, alias)
+
+
 def test_knob_variants_are_the_protocols_knob_table():
     variants = grid.knob_variants()
     assert variants == {"loss.gd_isd_shape='hinge'": {"sc_full": "sc_full_hinge", "sh_full": "sh_full_hinge"},
@@ -86,7 +96,8 @@ def test_knob_variants_are_the_protocols_knob_table():
                         "loss.delta_gd=0.8": {"sc_full": "sc_full_d08", "sh_full": "sh_full_d08"},
                         grid.FALSE_NEGATIVES_KNOB: {b: f"{b}_fn" for b in ("vse", "setdiv", "pvse", "pvse_maxmatch",
                                                                              "sh_full")},
-                        grid.PLUGIN_CON_KNOB: {"pvse_maxmatch": "pvse_maxmatch_con"}}
+                        grid.CON_KNOB: {"setdiv": "sc_divmmd", "pvse_maxmatch": "pvse_maxmatch_con",
+                                        "vse": "vse_con", "pvse": "pvse_con"}}
     protocol = open(os.path.join(REPO, "docs", "reproduction", "protocol.md")).read()
     rows = [line for line in protocol.splitlines() if re.match(r"\| [a-z0-9_]+(, [a-z0-9_]+)* \| .*`loss\.", line)]
     named = {}
