@@ -62,10 +62,15 @@ def val_key(curves: dict) -> str:
 SEMANTIC_VAL = "val/semantic/rsum"
 
 
+def val_values(curves: dict) -> list[float]:
+    """The logged validation RSUMs (`val_key`) in step order."""
+    return [v for v in (curves.get("val") or {}).get(val_key(curves), []) if v is not None]
+
+
 def largest_val_drop(curves: dict) -> float | None:
     """max over validations of (best validation RSUM so far − this one), on `val_key`'s RSUM: 0 for a curve that
     never falls, large for a run that collapses after a peak; None without validations."""
-    vals = [v for v in (curves.get("val") or {}).get(val_key(curves), []) if v is not None]
+    vals = val_values(curves)
     if not vals:
         return None
     best, drop = vals[0], 0.0
@@ -83,7 +88,7 @@ COLLAPSE_DROP = 0.10
 def collapse(curves: dict) -> dict | None:
     """{"best", "end"}: the best and the last validation RSUM (`val_key`) of a run that ended more than
     `COLLAPSE_DROP` below its best; None for any other run, or one without validations."""
-    vals = [v for v in (curves.get("val") or {}).get(val_key(curves), []) if v is not None]
+    vals = val_values(curves)
     if not vals or vals[-1] >= (1.0 - COLLAPSE_DROP) * max(vals):
         return None
     return {"best": max(vals), "end": vals[-1]}

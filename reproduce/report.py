@@ -23,8 +23,8 @@ import shutil
 
 from reproduce import claims as C
 from reproduce import figures, flowclip_study, provenance, stats, tables
-from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
 from reproduce.curves import COLLAPSE_DROP, collapse
+from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
 from reproduce.tables import score_label
 
 HEADLINE, CHECK, QUICK, LONG = "converged", "converged_x2", "default", "long"

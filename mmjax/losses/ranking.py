@@ -78,7 +78,7 @@ def _positive_mask(caption_image, num_images: int, image_ids=None):
     return image_ids[:, None] == image_ids[caption_image][None, :]
 
 
-def _check(scores, caption_image, image_ids):
+def _check(scores, caption_image, image_ids, ignore_pairs=None):
     # np.shape: the indices may be a list (jnp.shape of a list is deprecated), a numpy array, a jax array or a tracer
     if scores.ndim != 2:
         raise ValueError(f"scores must be [N_images, N_captions], got shape {scores.shape}")
@@ -87,18 +87,15 @@ def _check(scores, caption_image, image_ids):
                          f"got {np.shape(caption_image)}")
     if image_ids is not None and np.shape(image_ids) != (scores.shape[0],):
         raise ValueError(f"image_ids must have shape ({scores.shape[0]},), got {np.shape(image_ids)}")
+    if ignore_pairs is not None and np.shape(ignore_pairs) != scores.shape:
+        raise ValueError(f"ignore_pairs must have the scores' shape {scores.shape} ([N_images, N_captions]), "
+                         f"got {np.shape(ignore_pairs)}")
     check_indices(caption_image, scores.shape[0])
 
 
 def _negatives(y, iv, cv, ignore_pairs):
     neg = ~y & iv[:, None] & cv[None, :]
     return neg if ignore_pairs is None else neg & ~jnp.asarray(ignore_pairs, bool)
-
-
-def _check_ignore(scores, ignore_pairs):
-    if ignore_pairs is not None and np.shape(ignore_pairs) != scores.shape:
-        raise ValueError(f"ignore_pairs must have the scores' shape {scores.shape} ([N_images, N_captions]), "
-                         f"got {np.shape(ignore_pairs)}")
 
 
 def _valid(n, mask):
@@ -124,8 +121,7 @@ def triplet_loss(scores, caption_image, *, margin: float = 0.2, hard_negative: s
 
     Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
-    _check(scores, caption_image, image_ids)
-    _check_ignore(scores, ignore_pairs)
+    _check(scores, caption_image, image_ids, ignore_pairs)
     caption_image = jnp.asarray(caption_image)
     if hard_negative not in ("max", "all"):
         raise ValueError(f"hard_negative must be 'max' or 'all', got {hard_negative!r}")
@@ -165,20 +161,18 @@ def infonce_loss(scores, caption_image, *, temperature: float = 0.05, image_ids=
 
     Concrete `caption_image` outside [0, N_images) raises ValueError; under jit (traced) it cannot be checked."""
     scores = jnp.asarray(scores, jnp.float32)
-    _check(scores, caption_image, image_ids)
+    _check(scores, caption_image, image_ids, ignore_pairs)
     caption_image = jnp.asarray(caption_image)
-    _check_ignore(scores, ignore_pairs)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     n_i, n_t = scores.shape
     iv, cv = _valid(n_i, image_valid), _valid(n_t, caption_valid)
-    both = iv[:, None] & cv[None, :]
-    y = _positive_mask(caption_image, n_i, image_ids) & both
-    both = y | _negatives(y, iv, cv, ignore_pairs)   # the denominators: positives and negatives
+    y = _positive_mask(caption_image, n_i, image_ids) & iv[:, None] & cv[None, :]
+    counted = y | _negatives(y, iv, cv, ignore_pairs)   # the denominators: positives and negatives
     z = scores / temperature
     lse = lambda x, m, ax: jax.nn.logsumexp(jnp.where(m, x, _NEG), axis=ax)
-    i2t_terms = lse(z, both, 1) - lse(z, y, 1)
-    t2i_terms = lse(z, both, 0) - lse(z, y, 0)
+    i2t_terms = lse(z, counted, 1) - lse(z, y, 1)
+    t2i_terms = lse(z, counted, 0) - lse(z, y, 0)
     i2t = _mean(i2t_terms, iv & jnp.any(y, 1))
     t2i = _mean(t2i_terms, cv & jnp.any(y, 0))
     return 0.5 * (i2t + t2i), {"i2t": i2t, "t2i": t2i}
