@@ -44,11 +44,15 @@ def parse_args(argv):
                    "CLIP of its own")
     p.add_argument("--publish", default="", help="also copy the report to this .md path, figures beside it in a "
                    "directory of the same name (e.g. docs/reproduction.md + docs/reproduction/)")
+    p.add_argument("--no-report", action="store_true", help="run the cells and archive them, write no report (one "
+                   "of several processes side by side: `python -m reproduce.parallel`)")
     p.add_argument("--config-dir", default=paths.CONFIG_DIR, help="directory of the config files the cells build on "
                    "(default: configs/ of the repository this program sits in, %(default)s)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.report_only and args.no_report:
+        p.error("--no-report and --report-only exclude each other")
     if args.first_seed < 0:
         p.error(f"--first-seed must be >= 0, got {args.first_seed}")
     return args
@@ -107,7 +111,7 @@ def main(argv=None) -> int:
                 base_exports.check_heads_have_bases(cells, args.out, args.archive, args.budget)
         else:  # the finished cells of a grid already in --out (its grid.json says how many seeds it covered)
             cells = _cells_in(args.out, args.cells)
-        archived = archive.load_all(args.archive) if args.archive else []
+        archived = archive.load_all(args.archive) if args.archive and not args.no_report else []
     except ValueError as e:  # a bad cell name, a directory of another budget, a bad archived record: no traceback
         print(f"python -m reproduce: error: {e}", file=sys.stderr)
         return 2
@@ -132,7 +136,11 @@ def main(argv=None) -> int:
             exports = base_exports.save(cells, args.out, args.archive, args.budget)
             print(f"[reproduce] {len(saved)} cell record(s) and {len(exports)} base export(s) saved to "
                   f"{args.archive}", flush=True)
+            if args.no_report:
+                return 1 if failed else 0
             archived = archive.load_all(args.archive)
+        elif args.no_report:
+            return 1 if failed else 0
     # The report: every archived record (all budgets), and this grid's finished cells the archive lacks.
     known = {(r["budget"], r["name"], r["seed"]) for r in archived}
     local = [r for r in (load_cell(c, args.out) for c in cells) if r is not None]

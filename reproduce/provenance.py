@@ -81,3 +81,70 @@ def sentence(result: dict, n_end_labelled: int = 0) -> str:
     if result["dirty"]:
         parts.append(f"{', '.join(result['dirty'])} ran with uncommitted edits, which no diff can show")
     return "; ".join(parts) + "." + end
+
+
+# A machine the tree was copied to without its .git (an accelerator lent for one batch of cells) cannot ask git which
+# commit it runs. The launching checkout then declares it: `python -m reproduce.provenance --declare` prints
+# `REPRODUCE_CODE_VERSION=<commit>:<digest>` for a clean checkout, the digest being `compute_digest` of what the cells
+# compute. Where git cannot answer, the runner takes that commit only if the copy's digest matches (else it marks the
+# version +dirty): the claim "these cells ran commit C" stays one the copy itself checked.
+DECLARED_ENV = "REPRODUCE_CODE_VERSION"
+_DIGEST_DIRS = ("mmjax", "configs")
+_DIGEST_SKIP_DIRS = {"__pycache__", "reproduce"}  # reproduce: only mmjax/reproduce, in the old layout (see below)
+
+
+def _digest_files(root: str) -> list[str]:
+    import os
+    files = []
+    for top in _DIGEST_DIRS:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            rel = os.path.relpath(dirpath, root)
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.endswith(".egg-info")
+                                 and not (rel == "mmjax" and d == "reproduce"))
+            files += [os.path.join(rel, f) for f in filenames if not f.endswith((".pyc", ".pyo"))]
+    return sorted(files)
+
+
+def compute_digest(root: str = ROOT) -> str:
+    """sha256 over the paths and contents of the files under `COMPUTE_PATHS` (caches aside), hex, 16 digits."""
+    import hashlib
+    h = hashlib.sha256()
+    for rel in _digest_files(root):
+        with open(f"{root}/{rel}", "rb") as f:
+            data = f.read()
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()[:16]
+
+
+def declare(root: str = ROOT) -> str:
+    """`<commit>:<digest>` of a clean checkout whose files under `COMPUTE_PATHS` are exactly git's; else ValueError."""
+    def _git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60, check=True).stdout
+    if _git("status", "--porcelain", "--", *_DIGEST_DIRS).strip():
+        raise ValueError(f"{root}: uncommitted or untracked files under {_DIGEST_DIRS}; commit them first")
+    tracked = sorted(f for f in _git("ls-files", "--", *COMPUTE_PATHS).splitlines())
+    walked = _digest_files(root)
+    if tracked != walked:
+        extra = sorted(set(walked) - set(tracked))[:5]
+        raise ValueError(f"{root}: files under {_DIGEST_DIRS} that git does not track: {extra}")
+    return f"{_git('rev-parse', 'HEAD').strip()}:{compute_digest(root)}"
+
+
+def declared_version(root: str = ROOT, environ=None) -> dict:
+    """{"commit", "dirty", "declared": True} from `DECLARED_ENV`, checked against this tree's digest ({} if unset)."""
+    import os
+    value = (os.environ if environ is None else environ).get(DECLARED_ENV, "")
+    if not value:
+        return {}
+    commit, _, digest = value.partition(":")
+    return {"commit": commit, "dirty": digest != compute_digest(root), "declared": True}
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--declare"]:
+        sys.exit("usage: python -m reproduce.provenance --declare")
+    try:
+        print(f"{DECLARED_ENV}={declare()}")
+    except ValueError as e:
+        sys.exit(f"python -m reproduce.provenance: error: {e}")

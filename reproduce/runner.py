@@ -21,7 +21,7 @@ from mmjax.batching import progress
 from mmjax.jsonl import read_jsonl
 from mmjax.provenance import environment
 from mmjax.train import TrainingPreempted
-from reproduce import paths
+from reproduce import paths, provenance
 from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config, clip_of
 from reproduce.curves import training_curves
 from reproduce.metrics import cell_arrays, cell_metrics
@@ -91,7 +91,9 @@ def code_version() -> dict:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=30, check=True).stdout.strip() != ""
     except (OSError, subprocess.SubprocessError):
-        return {}
+        # No git here (a copy of the tree on a lent machine): the commit the launching checkout declared, if the
+        # copy's digest of what the cells compute matches it (reproduce.provenance.declared_version).
+        return provenance.declared_version(root)
     return {"commit": commit, "dirty": dirty}
 
 
@@ -100,7 +102,12 @@ RESUMED_NOTE = "resumed from step"    # a record's note when its cell resumed fr
 
 
 def machine_description() -> str:
-    return f"{os.cpu_count()} CPU core(s), {platform.machine()} {platform.system()}, Python {platform.python_version()}"
+    """Cores, platform and Python; and the accelerator when jax computes on one (what the wall time was measured on)."""
+    desc = f"{os.cpu_count()} CPU core(s), {platform.machine()} {platform.system()}, Python {platform.python_version()}"
+    devices = environment().get("jax") or {}
+    if devices.get("backend") not in (None, "cpu") and "device_kind" in devices:
+        desc += f", {devices.get('device_count', 1)} × {devices['device_kind']} ({devices['backend']})"
+    return desc
 
 
 def _short(version: dict) -> str:
