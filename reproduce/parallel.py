@@ -162,8 +162,14 @@ def run_pool(tasks: list[Task], work: str, *, jobs: int, archive: str = "", dead
 
 
 def _signal(proc: subprocess.Popen, sig) -> None:
+    """SIGTERM to the task's own process only: its children are compilers (XLA's ptxas on a GPU), and a compiler
+    killed mid-way fails the cell instead of letting it checkpoint (seen on the first GPU batch). SIGKILL, after
+    the grace period, to the task's whole process group (its own session)."""
     try:
-        os.killpg(proc.pid, sig)  # the task's whole process group (its own session)
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
     except ProcessLookupError:
         pass
 

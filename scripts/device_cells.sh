@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A batch of the reproduction study's cells on a lent accelerator machine, within one fixed lease.
 #   usage: REPRODUCE_CODE_VERSION=<commit>:<digest> bash scripts/device_cells.sh TASKS DEADLINE_S JOBS
+# JOBS: about a quarter of the cores (4 on a 16-core host): the cells' input pipelines and host-side dispatch are
+# CPU work, and every process compiles its own programs.
 # TASKS is a reproduce.parallel task file (reproduce/device_tasks.txt: the heaviest cells first). The tree arrives
 # without .git, so the launching checkout declares its commit (`python -m reproduce.provenance --declare`) and each
 # record takes it only if the copy's digest matches. The machine's own jax/flax/optax/orbax run the cells; packages
@@ -15,8 +17,10 @@ cd "$(dirname "$0")/.."
 tasks=$1; deadline=$2; jobs=$3
 OUT=${OUT:-/tmp/device_out}; mkdir -p "$OUT"
 start=$(date +%s)
+# Small thread pools per process: the first batch (16 processes on 16 cores, each with numpy's default pools) ran
+# at a load average of 121 and finished no cell (docs/benchmarks.md#gpu-batch).
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
-  TF_CPP_MIN_LOG_LEVEL=2
+  TF_CPP_MIN_LOG_LEVEL=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 MKL_NUM_THREADS=2
 py=python3
 work=/tmp/pool; smoke=/tmp/smoke; marker=/tmp/records.marker
 touch "$marker"; sleep 1

@@ -162,6 +162,13 @@ def test_the_grid_has_the_study_cells_on_one_base_seed(monkeypatch):
     assert [(c.name, c.seed) for c in cells][:2] == [("fcs_base_R", 0), ("fcs_R_flowclip_cimr", 0)]
     assert {grid.clip_of(c).seed for c in cells if c.spec.needs_clip} == {0}
     assert not any(c.spec.group == "fcstudy" for c in grid.make_grid(1))
+    # One seed at a time (a pool of processes, reproduce.parallel): the heads of seed k > 0 still bring the base's
+    # seed 0, so its archived export is restored into their directory (a lent GPU's run failed without it).
+    later = grid.make_grid(1, ["fcs_P_flowclip_hnb", "fcs_P_flowclip_cimr"], first_seed=3)
+    assert [(c.name, c.seed) for c in later] == [("fcs_base_P", 0), ("fcs_P_flowclip_hnb", 3),
+                                                  ("fcs_P_flowclip_cimr", 3)]
+    assert [c.name for c in grid.make_grid(1, ["fcs_P_flowclip_hnb"], with_clip=False, first_seed=3)] == [
+        "fcs_P_flowclip_hnb"]
     cfg = grid.build_config(cells[-1], "flowclip_pilot", "/tmp/out")
     assert cfg.train.select_metric == "shapesworld_suites/binding_mean/real" and cfg.train.num_epochs == 5
     assert cfg.data.clip_workdir.endswith("cells/fcs_base_R/seed0")

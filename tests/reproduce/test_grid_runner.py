@@ -390,3 +390,13 @@ def test_an_output_directory_keeps_its_budget(tmp_path, capsys):
     argv = ["--budget", "long", "--seeds", "1", "--first-seed", "2", "--cells", "globalm_hnb", "--out",
             str(tmp_path / "long"), "--clip-from", str(tmp_path / "nothing")]
     assert cli.main(argv) == 2 and "cells/clip/seed2/cell.json not found" in capsys.readouterr().err
+
+
+def test_the_machine_line_names_the_accelerator_jax_computes_on(monkeypatch):
+    """Wall times measured on a lent GPU say so; on the CPU backend the line stays cores + platform + Python."""
+    monkeypatch.setattr(runner, "environment", lambda: {"jax": {"backend": "gpu", "device_count": 1,
+                                                                 "device_kind": "NVIDIA H200"}})
+    assert runner.machine_description().endswith(", 1 × NVIDIA H200 (gpu)")
+    monkeypatch.setattr(runner, "environment", lambda: {"jax": {"backend": "cpu", "device_count": 1,
+                                                                 "device_kind": "cpu"}})
+    assert "×" not in runner.machine_description() and "CPU core" in runner.machine_description()

@@ -72,3 +72,40 @@ def test_dirty_unknown_and_end_labelled_records(repo):
     line = provenance.sentence(provenance.compare(provenance.commits_of(records), root),
                                provenance.end_labelled(records))
     assert line.endswith("possibly a later commit than the process had loaded.")
+
+
+def test_a_copy_without_git_takes_the_declared_commit_only_if_its_digest_matches(repo, tmp_path_factory):
+    """The lent machine's copy has no .git: `declare` on the clean checkout names commit and digest, the copy checks
+    the digest over what the cells compute (mmjax/, configs/; the study's code and caches aside)."""
+    import shutil
+    root = repo[0]
+    value = provenance.declare(root)
+    head = _git(root, "rev-parse", "HEAD")
+    assert value.split(":")[0] == head
+    copy = str(tmp_path_factory.mktemp("copy") / "tree")
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git"))
+    env = {provenance.DECLARED_ENV: value}
+    assert provenance.declared_version(copy, env) == {"commit": head, "dirty": False, "declared": True}
+    assert provenance.declared_version(copy, {}) == {}
+    # The study's own code and Python caches do not change what the cells compute; a library file does.
+    os.makedirs(os.path.join(copy, "mmjax", "__pycache__"))
+    open(os.path.join(copy, "mmjax", "__pycache__", "losses.cpython-311.pyc"), "wb").close()
+    with open(os.path.join(copy, "reproduce", "report.py"), "w") as f:
+        f.write("changed")
+    assert provenance.declared_version(copy, env)["dirty"] is False
+    with open(os.path.join(copy, "configs", "x.py"), "w") as f:
+        f.write("c3")
+    assert provenance.declared_version(copy, env)["dirty"] is True
+
+
+def test_declare_refuses_a_checkout_whose_computing_files_git_does_not_hold(repo):
+    root = repo[0]
+    with open(os.path.join(root, "mmjax", "losses.py"), "w") as f:
+        f.write("uncommitted")
+    with pytest.raises(ValueError, match="uncommitted or untracked files under"):
+        provenance.declare(root)
+    _git(root, "checkout", "--", "mmjax/losses.py")
+    with open(os.path.join(root, "mmjax", "new.py"), "w") as f:
+        f.write("untracked")
+    with pytest.raises(ValueError, match=r"mmjax"):
+        provenance.declare(root)
