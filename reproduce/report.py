@@ -127,6 +127,9 @@ def _why(row: dict, others: dict) -> str:
     if row["result"].get("missing"):
         what = "no value in the records of" if row["result"].get("no_value") else "cells not run yet:"
         parts.append(f"{what} " + ", ".join(row["result"]["missing"]))
+    if row["result"].get("interim_verdict"):
+        parts.append(f"interim, {row['result']['interim_seeds']} of {len(C.FIRST_LOOK)} seeds: the test says "
+                     f"{row['result']['interim_verdict']}; the first look waits for seeds 0–2")
     if row["result"].get("first_look"):
         parts.append("undecided at 3 seeds, tested on 5")
     src = (row.get("source_gt") or {}).get("verdict")

@@ -273,6 +273,19 @@ def test_two_looks_a_row_decided_at_3_seeds_ignores_later_seeds():
     assert "first_look" not in one
 
 
+def test_two_looks_no_verdict_before_every_cell_has_seeds_0_to_2():
+    """A verdict on 2 seeds would be a third, unplanned look: the row stays inconclusive, its test shown as interim."""
+    a, b = [400.0, 401.0, 402.0], [410.0, 411.0, 412.0]
+    early = C.decide(BY_ID["M1"], cells(sc_divmmd=a[:2], sh_divmmd=b))
+    assert early["verdict"] == "inconclusive" and early["interim_verdict"] == "reproduced"
+    assert early["interim_seeds"] == 2 and early["delta"] == pytest.approx(10.5) and early["n"] == [2, 3]
+    assert C.decide(BY_ID["M1"], cells(sc_divmmd=a[:2], sh_divmmd=b), looks="one")["verdict"] == "reproduced"
+    full = C.decide(BY_ID["M1"], cells(sc_divmmd=a, sh_divmmd=b))
+    assert full["verdict"] == "reproduced" and "interim_verdict" not in full
+    # a row with no test yet (one seed) keeps the plain 'inconclusive'
+    assert "interim_verdict" not in C.decide(BY_ID["M1"], cells(sc_divmmd=a[:1], sh_divmmd=b[:1]))
+
+
 def test_missing_cells_and_missing_values():
     x = [400.0, 401.0, 402.0]
     r = C.decide(BY_ID["M1"], cells(sc_divmmd=x))
