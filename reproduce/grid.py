@@ -169,48 +169,33 @@ SPECS: tuple[CellSpec, ...] = (
       for b in ("P", "R") for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
                                               ("flowclip_hnb", "Flow-CLIP, HNB"),
                                               ("flowclip_cimr", "Flow-CLIP, HNB+CIMR"))),
-    CellSpec("sc_full_hinge", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (hinge)", "maxmatch_shapes",
-             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_HINGE), similarity="smooth_chamfer",
-             variant_of="sc_full", knob="loss.gd_isd_shape='hinge'"),
-    CellSpec("sh_full_hinge", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, hinge)", "maxmatch_shapes",
-             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_HINGE), similarity="maxmatch", variant_of="sh_full",
-             knob="loss.gd_isd_shape='hinge'"),
-    CellSpec("sc_full_b", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (reading B)", "maxmatch_shapes",
-             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_READING_B),
-             similarity="smooth_chamfer", variant_of="sc_full", knob=READING_B_KNOB),
-    CellSpec("sh_full_b", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, reading B)", "maxmatch_shapes",
-             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_READING_B), similarity="maxmatch",
-             variant_of="sh_full", knob=READING_B_KNOB),
-    CellSpec("sh_divmmd_cos", "knobs", "S_H, Div+MMD (cosine units)", "maxmatch_shapes",
-             adjust=_loss(similarity="maxmatch", **_DIV_MMD, **_COSINE_UNITS), similarity="maxmatch",
-             variant_of="sh_divmmd", knob="loss.score_units='cosine'"),
-    CellSpec("sh_full_cos", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, cosine units)", "maxmatch_shapes",
-             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_COSINE_UNITS), similarity="maxmatch",
-             variant_of="sh_full", knob="loss.score_units='cosine'"),
-    CellSpec("sc_full_d08", "knobs", "smooth-Chamfer, Div+MMD+GD+ISD (δ_gd 0.8)", "maxmatch_shapes",
-             adjust=_loss(similarity="smooth_chamfer", alpha=16.0, **_GD_ISD, **_DELTA_08),
-             similarity="smooth_chamfer", variant_of="sc_full", knob="loss.delta_gd=0.8"),
-    CellSpec("sh_full_d08", "knobs", "S_H, Div+MMD+GD+ISD (MaxMatch, δ_gd 0.8)", "maxmatch_shapes",
-             adjust=_loss(similarity="maxmatch", **_GD_ISD, **_DELTA_08), similarity="maxmatch",
-             variant_of="sh_full", knob="loss.delta_gd=0.8"),
 )
 
 
 def _knob_variant(spec: CellSpec, suffix: str, what: str, knob: str, **loss_fields) -> CellSpec:
-    """`spec` with `loss_fields` changed on top of its own adjustments: the knob cell `<name>_<suffix>`."""
+    """`spec` with `loss_fields` changed on top of its own adjustments: the knob cell `<name>_<suffix>`, labelled
+    "<spec's label> (<what>)" ("VSE∞ (K = 1, with L_con)" where the label already ends in a parenthesis)."""
     def adjust(c):
         if spec.adjust is not None:
             spec.adjust(c)
         c.loss.update(loss_fields)
-    return dataclasses.replace(spec, name=f"{spec.name}_{suffix}", group="knobs", label=f"{spec.label} ({what})",
+    label = f"{spec.label[:-1]}, {what})" if spec.label.endswith(")") else f"{spec.label} ({what})"
+    return dataclasses.replace(spec, name=f"{spec.name}_{suffix}", group="knobs", label=label,
                                adjust=adjust, variant_of=spec.name, knob=knob)
 
 
-SPECS += tuple(_knob_variant(next(s for s in SPECS if s.name == base), "fn", "false negatives ignored",
-                             FALSE_NEGATIVES_KNOB, **_IGNORE_FN)
-               for base in ("vse", "setdiv", "pvse", "pvse_maxmatch", "sh_full"))
-SPECS += tuple(_knob_variant(next(s for s in SPECS if s.name == base), "con", "with L_con", CON_KNOB, lambda_con=0.5)
-               for base in ("pvse_maxmatch", "vse", "pvse"))
+def _variants(bases, suffix: str, what: str, knob: str, **loss_fields) -> tuple[CellSpec, ...]:
+    return tuple(_knob_variant(next(s for s in SPECS if s.name == base), suffix, what, knob, **loss_fields)
+                 for base in bases)
+
+
+SPECS += (_variants(("sc_full", "sh_full"), "hinge", "hinge", "loss.gd_isd_shape='hinge'", **_HINGE)
+          + _variants(("sc_full", "sh_full"), "b", "reading B", READING_B_KNOB, **_READING_B)
+          + _variants(("sh_divmmd", "sh_full"), "cos", "cosine units", "loss.score_units='cosine'", **_COSINE_UNITS)
+          + _variants(("sc_full", "sh_full"), "d08", "δ_gd 0.8", "loss.delta_gd=0.8", **_DELTA_08)
+          + _variants(("vse", "setdiv", "pvse", "pvse_maxmatch", "sh_full"), "fn", "false negatives ignored",
+                      FALSE_NEGATIVES_KNOB, **_IGNORE_FN)
+          + _variants(("pvse_maxmatch", "vse", "pvse"), "con", "with L_con", CON_KNOB, lambda_con=0.5))
 SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 
