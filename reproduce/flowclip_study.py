@@ -17,8 +17,9 @@ import numpy as np
 
 from reproduce import stats
 from reproduce.curves import SELECT_BINDING_VAL
+from reproduce.grid import FCSTUDY_BASES
 
-BASES = ("P", "R")
+BASES = tuple(b for b, _, _ in FCSTUDY_BASES)
 HEADS = ("globalm_hnb", "globalm_cimr", "flowclip_hnb", "flowclip_cimr")
 PILOT_BASE = "R"
 # The heads the pilot and the study train (protocol change list, 2026-12-02: gate 1 fails on both bases, so the

@@ -132,6 +132,10 @@ RECIPE_KNOBS = (FALSE_NEGATIVES_KNOB,)
 
 READING_B_KNOB = "loss.delta_gd=0.8, loss.delta_isd=0.8, loss.gd_isd_scale=0.5"
 FCSTUDY_PRIOR = "typical_order"   # the Flow-CLIP study's language prior (docs/reproduction/flowclip_protocol.md)
+# The study's frozen bases (name, what its local tokens are, configs/clip_shapes.py variant): G was added after P and
+# R failed gate 1 on word → token grounding (flowclip_protocol.md change list, 2026-12-04).
+FCSTUDY_BASES = (("P", "pixel ViT", ""), ("R", "region tokens", "regions"),
+                 ("G", "region tokens aligned with words", "regions,token_align"))
 
 
 def _prior(name: str):
@@ -161,12 +165,11 @@ SPECS: tuple[CellSpec, ...] = (
     CellSpec("flowclip_hnb", "flowclip", "Flow-CLIP, HNB", "flowclip_shapes", "flowclip_hnb", needs_clip=True),
     CellSpec("flowclip_cimr", "flowclip", "Flow-CLIP, HNB+CIMR", "flowclip_shapes", "flowclip_cimr", needs_clip=True),
     *(CellSpec(f"fcs_base_{b}", "fcstudy", f"base {b} ({what}, {FCSTUDY_PRIOR} prior)", "clip_shapes",
-               "regions" if b == "R" else "", adjust=_prior(FCSTUDY_PRIOR), only_seed=0,
-               archive_export=True)
-      for b, what in (("P", "pixel ViT"), ("R", "region tokens"))),
+               variant, adjust=_prior(FCSTUDY_PRIOR), only_seed=0, archive_export=True)
+      for b, what, variant in FCSTUDY_BASES),
     *(CellSpec(f"fcs_{b}_{head}", "fcstudy", f"{label}, base {b}", "flowclip_shapes", f"{head},select_binding",
                needs_clip=True, clip_cell=f"fcs_base_{b}", clip_seed=0)
-      for b in ("P", "R") for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
+      for b, _, _ in FCSTUDY_BASES for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
                                               ("flowclip_hnb", "Flow-CLIP, HNB"),
                                               ("flowclip_cimr", "Flow-CLIP, HNB+CIMR"))),
 )

@@ -129,6 +129,8 @@ SCHEMA = {
         "model.width": Int(ge=1), "model.heads": Int(ge=1), "model.vision_layers": Int(ge=1),
         "model.text_layers": Int(ge=1), "model.image_size": Int(ge=1), "model.patch_size": Int(ge=1),
         "model.projection_dim": Int(ge=1), "model.logit_scale_max": Num(gt=0),
+        # mmjax.losses.token_alignment
+        "loss.token_align": Num(ge=0),
     },
     "flowclip_head": {
         **TRAINING,

@@ -8,7 +8,8 @@ optional language prior (`data.language_prior`, `mmjax.data.shapesworld.config.L
 export so the heads on this CLIP see the same data), pooled at [SEP] (the tokenizer's end token plays CLIP's
 EOT; valid tokens are 1..eot−1 as for CLIP). Loss: symmetric multi-positive InfoNCE over logit_scale·cos with the
 5 captions of each image as its positives (`mmjax.losses.infonce_loss`), learnable temperature (init 0.07,
-clipped at 100). After training the parameters are exported (`mmjax.train.export`) and the model is frozen for
+clipped at 100), plus λ_tok (`loss.token_align`, default 0) times the same loss over the late-interaction scores of
+the local tokens (`mmjax.losses.token_alignment`: what aligns a word with the image token of its object). After training the parameters are exported (`mmjax.train.export`) and the model is frozen for
 the Flow-CLIP heads.
 """
 
@@ -26,6 +27,7 @@ from mmjax.data.shapesworld.local_labels import patch_objects
 from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.data.pipeline import BatchIterator, PipelineConfig, source_from_shapesworld, with_global_caption_image
 from mmjax.losses import infonce_loss
+from mmjax.losses.token_alignment import token_alignment_scores
 from mmjax.batching import batched_apply
 from mmjax.normalize import unit_normalize
 from mmjax.models.factory import build_shapesworld_clip
@@ -46,6 +48,7 @@ class CLIPPretrainTask:
         d = config.data
         self.mode = d.get("mode", "pixels")
         self.prior = d.get("language_prior", "none")
+        self.token_align = float(config.get("loss", {}).get("token_align", 0.0))  # λ_tok (0: the plain CLIP loss)
         world = dict(preset=d.preset, seed=d.seed, mode=self.mode, **language_prior(self.prior))
         train = shapesworld.generate("train", **world)
         val = shapesworld.generate(d.val_split, **world)
@@ -83,19 +86,25 @@ class CLIPPretrainTask:
         return self.model.init(rng, *self._image_args(batch), batch["caption_ids"],
                                batch["caption_mask"].astype(jnp.int32))
 
-    def _scores(self, params, batch):
+    def _forward(self, params, batch):
         out = self.model.apply({"params": params}, *self._image_args(batch), batch["caption_ids"],
                                batch["caption_mask"].astype(jnp.int32))
         cos = unit_normalize(out["image"]["global"]) @ unit_normalize(out["text"]["global"]).T
-        return cos, jnp.minimum(out["logit_scale"], self.config.model.logit_scale_max)
+        return out, cos, jnp.minimum(out["logit_scale"], self.config.model.logit_scale_max)
 
     def loss(self, params, extra, batch, rng, phase):
-        cos, scale = self._scores(params, batch)
+        out, cos, scale = self._forward(params, batch)
         valid = batch["example_valid"]
-        loss, parts = infonce_loss(scale * cos, batch["caption_image"], temperature=1.0, image_valid=valid,
-                                   caption_valid=valid[batch["caption_image"]])
-        return loss, ({"loss/total": loss, "loss/i2t": parts["i2t"], "loss/t2i": parts["t2i"],
-                       "logit_scale": scale}, extra)
+        contrast = functools.partial(infonce_loss, caption_image=batch["caption_image"], temperature=1.0,
+                                     image_valid=valid, caption_valid=valid[batch["caption_image"]])
+        loss, parts = contrast(scale * cos)
+        metrics = {"loss/i2t": parts["i2t"], "loss/t2i": parts["t2i"], "logit_scale": scale}
+        if self.token_align > 0:  # mmjax.losses.token_alignment: words aligned with the image's local tokens
+            image_valid = None if self.mode == "pixels" else batch["image_mask"].astype(bool)
+            align, _ = contrast(scale * token_alignment_scores(out, image_valid))
+            metrics["loss/global"], metrics["loss/token_align"] = loss, align
+            loss = loss + self.token_align * align
+        return loss, ({"loss/total": loss, **metrics}, extra)
 
     @functools.cached_property
     def _encoders(self):

@@ -127,13 +127,14 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
     warm-up steps, batch 512, 20 epochs.
 
     `variant`: comma-separated `regions` (`base_clip_regions`: the image tower a transformer over ShapesWorld's region
-    vectors, `data.mode='regions'`; its local tokens are the per-region outputs) and a size, `cpu` (the 2-core budget)
-    or `smoke` (the test size), e.g. "regions,cpu"."""
+    vectors, `data.mode='regions'`; its local tokens are the per-region outputs), `token_align` (`loss.token_align`
+    = 1: the late-interaction term that aligns words with local tokens, docs/design.md#token-alignment) and a size,
+    `cpu` (the 2-core budget) or `smoke` (the test size), e.g. "regions,token_align,cpu"."""
     parts = [p for p in (variant or "").split(",") if p]
-    unknown = [p for p in parts if p not in ("smoke", "cpu", "regions")]
+    unknown = [p for p in parts if p not in ("smoke", "cpu", "regions", "token_align")]
     if unknown or ("smoke" in parts and "cpu" in parts):
         raise ValueError(f"unknown config variant {variant!r}; known: '' (default), 'cpu', 'smoke', and 'regions' "
-                         f"with either")
+                         f"and 'token_align' with either")
     c = ml_collections.ConfigDict()
     c.task = "clip_pretrain"
     c.seed = 0
@@ -141,6 +142,8 @@ def clip_pretrain_config(variant: str = "") -> ml_collections.ConfigDict:
                   batch_size=512, prefetch=2)
     c.model = dict(width=256, heads=4, vision_layers=4, text_layers=4, image_size=64, patch_size=8,
                    projection_dim=128, logit_scale_max=100.0)
+    # λ_tok of the late-interaction alignment term (mmjax.losses.token_alignment); 0: the global InfoNCE alone.
+    c.loss = dict(token_align=1.0 if "token_align" in parts else 0.0)
     c.optim = optim_config(name="adamw", lr=5e-4, weight_decay=0.1, schedule="cosine", warmup_steps=500, clip_norm=1.0)
     c.train = train_config(num_epochs=20, eval_every=0, log_every=20, checkpoint_every=500)
     c.sharding = sharding_config()
