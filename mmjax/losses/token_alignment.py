@@ -1,4 +1,4 @@
-"""Token-level alignment of a dual encoder's local tokens: late interaction (FILIP, Yao et al., ICLR 2022, Eq. 4).
+"""Token-level alignment of a dual encoder's local tokens: late interaction (FILIP, Yao et al., ICLR 2022).
 
     (T1)  s_tok(I, T) = (1 / |V_T|) Σ_{ℓ ∈ V_T} max_{j ∈ R_I} ĥ_ℓᵀ p̂_j          (0 when V_T = ∅)
 

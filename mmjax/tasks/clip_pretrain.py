@@ -9,8 +9,8 @@ export so the heads on this CLIP see the same data), pooled at [SEP] (the tokeni
 EOT; valid tokens are 1..eot−1 as for CLIP). Loss: symmetric multi-positive InfoNCE over logit_scale·cos with the
 5 captions of each image as its positives (`mmjax.losses.infonce_loss`), learnable temperature (init 0.07,
 clipped at 100), plus λ_tok (`loss.token_align`, default 0) times the same loss over the late-interaction scores of
-the local tokens (`mmjax.losses.token_alignment`: what aligns a word with the image token of its object). After training the parameters are exported (`mmjax.train.export`) and the model is frozen for
-the Flow-CLIP heads.
+the local tokens (`mmjax.losses.token_alignment`: what aligns a word with the image token of its object). After
+training the parameters are exported (`mmjax.train.export`) and the model is frozen for the Flow-CLIP heads.
 """
 
 from __future__ import annotations
