@@ -118,10 +118,11 @@ def main(argv=None) -> int:
     if not args.report_only:
         t0 = time.perf_counter()
         on_finished = None
+        archived_now = {"records": 0, "exports": 0}
         if args.archive:  # each record is archived as soon as its cell finishes, not only when the grid ends
             def on_finished(cell):
-                archive.save([cell], args.out, args.archive, args.budget)
-                base_exports.save([cell], args.out, args.archive, args.budget)
+                archived_now["records"] += len(archive.save([cell], args.out, args.archive, args.budget))
+                archived_now["exports"] += len(base_exports.save([cell], args.out, args.archive, args.budget))
         try:
             status = run_grid(cells, args.out, args.budget, on_finished=on_finished, clip_out=args.clip_from,
                               config_dir=args.config_dir)
@@ -134,8 +135,8 @@ def main(argv=None) -> int:
         if args.archive:
             saved = archive.save(cells, args.out, args.archive, args.budget)
             exports = base_exports.save(cells, args.out, args.archive, args.budget)
-            print(f"[reproduce] {len(saved)} cell record(s) and {len(exports)} base export(s) saved to "
-                  f"{args.archive}", flush=True)
+            print(f"[reproduce] {archived_now['records'] + len(saved)} cell record(s) and "
+                  f"{archived_now['exports'] + len(exports)} base export(s) saved to {args.archive}", flush=True)
             if args.no_report:
                 return 1 if failed else 0
             archived = archive.load_all(args.archive)

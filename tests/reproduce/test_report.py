@@ -305,6 +305,7 @@ def test_smoke_run_end_to_end_archives_reports_and_resumes(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "2 cell(s) run, 0 skipped, 0 failed" in proc.stdout
+    assert "2 cell record(s) and 0 base export(s) saved" in proc.stdout   # archived as each cell finished
     files = sorted(store.rglob("*.json"))
     assert [p.relative_to(store).as_posix() for p in files] == ["smoke/sc_divmmd/seed0.json",
                                                                 "smoke/sh_full/seed0.json"]
