@@ -169,9 +169,9 @@ SPECS: tuple[CellSpec, ...] = (
       for b, what, variant in FCSTUDY_BASES),
     *(CellSpec(f"fcs_{b}_{head}", "fcstudy", f"{label}, base {b}", "flowclip_shapes", f"{head},select_binding",
                needs_clip=True, clip_cell=f"fcs_base_{b}", clip_seed=0)
-      for b, _, _ in FCSTUDY_BASES for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
-                                              ("flowclip_hnb", "Flow-CLIP, HNB"),
-                                              ("flowclip_cimr", "Flow-CLIP, HNB+CIMR"))),
+      for b, _, _ in FCSTUDY_BASES
+      for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
+                          ("flowclip_hnb", "Flow-CLIP, HNB"), ("flowclip_cimr", "Flow-CLIP, HNB+CIMR"))),
 )
 
 
@@ -304,8 +304,9 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
 def make_grid(seeds: int, names=None, *, with_clip: bool = True, first_seed: int = 0) -> list[Cell]:
     """Cells of seeds first_seed, …, first_seed + seeds − 1 in run order: seed-major (a finished seed is a complete
     replicate), the CLIP before its heads (added when heads are named, unless `with_clip` is False: heads on another
-    grid's CLIP; a base its heads share at one seed, `clip_seed`, whatever seeds they run). `first_seed` lets a one-seed grid sit on a seed other than 0 (e.g. long-budget heads on the one
-    default-budget CLIP whose export this machine still has)."""
+    grid's CLIP; a base its heads share at one seed, `clip_seed`, whatever seeds they run). `first_seed` lets a
+    one-seed grid sit on a seed other than 0 (e.g. long-budget heads on the one default-budget CLIP whose export this
+    machine still has)."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if first_seed < 0:

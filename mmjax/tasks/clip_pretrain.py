@@ -48,7 +48,9 @@ class CLIPPretrainTask:
         d = config.data
         self.mode = d.get("mode", "pixels")
         self.prior = d.get("language_prior", "none")
-        self.token_align = float(config.get("loss", {}).get("token_align", 0.0))  # λ_tok (0: the plain CLIP loss)
+        # λ_tok (0: the plain CLIP loss). An export made before the field existed (the study's bases P and R) has no
+        # `loss` section in its full_config, and `build_task` rebuilds the task from it: its loss was the plain one.
+        self.token_align = float(config.get("loss", {}).get("token_align", 0.0))
         world = dict(preset=d.preset, seed=d.seed, mode=self.mode, **language_prior(self.prior))
         train = shapesworld.generate("train", **world)
         val = shapesworld.generate(d.val_split, **world)
