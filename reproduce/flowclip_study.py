@@ -117,11 +117,14 @@ def gates(cells: dict, base: str) -> dict:
     return out
 
 
+_NOT_YET = ("the base has not run", "no blind column yet")
+
+
 def _gate_reason(g: dict, kind: str) -> str | None:
-    """Why a row is untestable on this base (None: its gate passes)."""
+    """Why a row cannot be decided on this base (None: its gate passes); the reasons in _NOT_YET mean 'not run'."""
     if kind in ("gain_binding", "gain_relation"):
         if not g.get("base_run"):
-            return "the base has not run"
+            return _NOT_YET[0]
         if not g[kind.split("_")[1]]:
             p = g["probes"]
             return ("local tokens lack the evidence: " + ", ".join(
@@ -132,7 +135,7 @@ def _gate_reason(g: dict, kind: str) -> str | None:
         return None
     if not g["prior_suites"]:
         if g["holdout"] is None:
-            return "no blind column yet"
+            return _NOT_YET[1]
         return (f"no prior-bearing suite: blind held-out pair accuracy {g['holdout']:.1f} %, best suite margin "
                 + (f"{max((b - c for b, c in g['blind'].values() if b is not None and c is not None)):+.1f}"
                    if any(b is not None for b, _ in g["blind"].values()) else "–") + " points over chance")
@@ -156,7 +159,8 @@ def decide(cells: dict, base: str, row: tuple, g: dict) -> dict:
     gate = "gain_relation" if rid == "FR1" else "gain_binding" if kind == "gain" else "prior"
     reason = _gate_reason(g, gate)
     if reason:
-        return {"verdict": "untestable", "why": reason}
+        # A gate that has not been measured yet is missing data, not a measured reason the claim cannot be tested.
+        return {"verdict": "missing" if reason in _NOT_YET else "untestable", "why": reason}
     suites = g["prior_suites"]
     if kind == "gain":
         key = "suite/relation/real" if rid == "FR1" else "binding_real"

@@ -127,6 +127,17 @@ def test_untestable_rows_name_the_measured_reason():
     assert fc1["verdict"] == "untestable" and "held-out pair accuracy 50.0 %" in fc1["why"]
 
 
+def test_rows_whose_gate_is_not_measured_yet_are_missing_not_untestable():
+    recs = _study()
+    recs["flowclip"] = [r for r in recs["flowclip"]
+                        if r["name"] != "fcs_base_P" and not (r["name"].startswith("fcs_R_"))]
+    study = FS.build(recs)
+    fb1_p, fc1_r = _row(study, "FB1", "P"), _row(study, "FC1", "R")
+    assert fb1_p["verdict"] == "missing" and fb1_p["why"] == "the base has not run"
+    assert fc1_r["verdict"] == "missing" and fc1_r["why"] == "no blind column yet"
+    assert _row(study, "FB1", "R")["verdict"] == "missing"      # R's base ran, its heads did not
+
+
 def test_cimr_rows_remove_half_the_excess_and_keep_real():
     # HNB Shuffle 70 (excess 20 over chance 50); CIMR 55 removes 15 ≥ 10: reproduced; CIMR 65 removes 5: reversed
     def study(cimr_shuffle):
