@@ -303,10 +303,10 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
 
 def make_grid(seeds: int, names=None, *, with_clip: bool = True, first_seed: int = 0) -> list[Cell]:
     """Cells of seeds first_seed, …, first_seed + seeds − 1 in run order: seed-major (a finished seed is a complete
-    replicate), the CLIP before its heads (added when heads are named, unless `with_clip` is False: heads on another
-    grid's CLIP; a base its heads share at one seed, `clip_seed`, whatever seeds they run). `first_seed` lets a
-    one-seed grid sit on a seed other than 0 (e.g. long-budget heads on the one default-budget CLIP whose export this
-    machine still has)."""
+    replicate), each head's frozen base (`clip_of`: its own seed, or the one `clip_seed` its heads share whatever
+    seeds they run) just before the first head that needs it, unless `with_clip` is False (heads on another grid's
+    CLIP). `first_seed` lets a one-seed grid sit on a seed other than 0 (e.g. long-budget heads on the one
+    default-budget CLIP whose export this machine still has)."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if first_seed < 0:
@@ -315,16 +315,19 @@ def make_grid(seeds: int, names=None, *, with_clip: bool = True, first_seed: int
     unknown = [n for n in names if n not in SPEC_BY_NAME]
     if unknown:
         raise ValueError(f"unknown cell name(s) {unknown}; known: {sorted(SPEC_BY_NAME)}")
-    if with_clip:  # the heads need their frozen base
-        names += [b for b in dict.fromkeys(SPEC_BY_NAME[n].clip_cell for n in names if SPEC_BY_NAME[n].needs_clip)
-                  if b not in names]
     order = [s for s in SPECS if s.name in names]
     cells = [Cell(s, k) for k in range(first_seed, first_seed + seeds) for s in order
              if s.only_seed is None or s.only_seed == k]
-    if with_clip:  # a base trained for one seed (clip_seed) comes with its heads whatever seeds they run, first
-        bases = [clip_of(c) for c in cells if c.spec.needs_clip and c.spec.clip_seed is not None]
-        cells = [b for b in dict.fromkeys(bases) if b not in cells] + cells
-    return cells
+    if not with_clip:
+        return cells
+    out: list[Cell] = []
+    for c in cells:  # one rule for both kinds of base: it runs before the first head that needs it, once
+        base = clip_of(c) if c.spec.needs_clip else None
+        if base is not None and base not in out:
+            out.append(base)
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def budget_summary(config) -> dict:

@@ -149,6 +149,18 @@ def test_grid_order_seeds_and_clip_dependency(tmp_path):
         grid.build_config(cells[0], "huge", str(tmp_path))
 
 
+def test_each_base_runs_once_just_before_the_first_head_that_needs_it():
+    heads = ["fcs_G_flowclip_hnb", "fcs_P_globalm_hnb", "flowclip_hnb"]   # two fixed-seed bases, one per-seed base
+    for first in (0, 2):
+        cells = [(c.name, c.seed) for c in grid.make_grid(2, heads, first_seed=first)]
+        k, j = first, first + 1
+        assert cells == [("clip", k), ("flowclip_hnb", k), ("fcs_base_P", 0), ("fcs_P_globalm_hnb", k),
+                         ("fcs_base_G", 0), ("fcs_G_flowclip_hnb", k),
+                         ("clip", j), ("flowclip_hnb", j), ("fcs_P_globalm_hnb", j), ("fcs_G_flowclip_hnb", j)]
+    named = [(c.name, c.seed) for c in grid.make_grid(1, ["fcs_base_G", "fcs_G_globalm_hnb"])]
+    assert named == [("fcs_base_G", 0), ("fcs_G_globalm_hnb", 0)]
+
+
 def test_default_and_long_budget_sizes(tmp_path):
     for cell in grid.make_grid(1):
         c = grid.build_config(cell, "default", str(tmp_path))
