@@ -17,7 +17,7 @@ import numpy as np
 
 from reproduce import stats
 from reproduce.curves import SELECT_BINDING_VAL
-from reproduce.grid import FCSTUDY_BASES
+from reproduce.grid import FCSTUDY_2E_SUFFIX, FCSTUDY_BASES
 
 BASES = tuple(b for b, _, _ in FCSTUDY_BASES)
 HEADS = ("globalm_hnb", "globalm_cimr", "flowclip_hnb", "flowclip_cimr")
@@ -85,6 +85,45 @@ def pilot(records: list[dict]) -> dict:
                        "best": max(v for v in values if v is not None)}
     ran = [h for h in PILOT_HEADS if h in heads]
     return {"heads": heads, "epochs": max(heads[h]["epoch"] for h in ran) if len(ran) == len(PILOT_HEADS) else None}
+
+
+def late_rise(record: dict) -> dict | None:
+    """One study head's budget evidence from its validation curve on the selection metric: `best_epoch` (where its
+    best validation falls, in epochs), `still_rising` (that best falls in the last epoch: the protocol's flag) and
+    `late_rise` (the last epoch's best minus the best before it, the quantity the pilot's plateau rule bounds by
+    `PLATEAU_POINTS`). None without a curve."""
+    val = (record.get("curves") or {}).get("val") or {}
+    pts = [(s, v) for s, v in zip(val.get("step") or [], val.get(SELECT_BINDING_VAL) or [])
+           if v is not None and math.isfinite(v)]
+    epochs = (record.get("budget_detail") or {}).get("num_epochs")
+    if not pts or not epochs:
+        return None
+    last = max(s for s, _ in pts)
+    per_epoch = last / epochs
+    best_step, best = max(pts, key=lambda p: (p[1], -p[0]))     # the first step that reaches the best
+    before = [v for s, v in pts if s <= last - per_epoch + 1e-9]
+    in_last = [v for s, v in pts if s > last - per_epoch + 1e-9]
+    return {"best_epoch": best_step / per_epoch, "still_rising": best_step > last - per_epoch + 1e-9,
+            "late_rise": (max(in_last) - max(before)) if before and in_last else None, "epochs": epochs}
+
+
+def head_budgets(records: list[dict]) -> dict:
+    """{cell: {"seeds", "epochs", "best_epoch" (mean), "still_rising" (count), "late_rise" (mean), "late_rise_max"}}
+    over the study's head records of one budget (bases excluded)."""
+    per: dict = {}
+    for r in records:
+        if r["name"].startswith("fcs_base_"):
+            continue
+        x = late_rise(r)
+        if x is not None:
+            per.setdefault(r["name"], []).append(x)
+    out = {}
+    for name, xs in sorted(per.items()):
+        rises = [x["late_rise"] for x in xs if x["late_rise"] is not None]
+        out[name] = {"seeds": len(xs), "epochs": xs[0]["epochs"], "best_epoch": _mean(x["best_epoch"] for x in xs),
+                     "still_rising": sum(x["still_rising"] for x in xs), "late_rise": _mean(rises),
+                     "late_rise_max": max(rises) if rises else None}
+    return out
 
 
 # ---- gates -----------------------------------------------------------------------------------------------------
@@ -183,6 +222,16 @@ def decide(cells: dict, base: str, row: tuple, g: dict) -> dict:
         test = stats.one_sample_test(d)
         verdict = stats.verdict(test, "increase")
         out["excess_hnb"] = _mean(x - chance[k] for k, x in zip(seeds, va) if x is not None and chance[k] is not None)
+        # The direction beside the criterion: how CIMR moved the condition's accuracy (a d̄ < 0 alone cannot tell
+        # "removed less than half" from "raised it").
+        moved = stats.paired_test(va, vb)
+        out["moved"] = {"a": _mean(va), "b": _mean(vb), "delta": _mean(y - x for x, y in zip(va, vb)
+                                                                        if x is not None and y is not None),
+                        "p": None if moved is None else moved.p}
+        out["why"] = (f"{cond.capitalize()} accuracy {_f(out['moved']['a'], '{:.1f}')} → "
+                      f"{_f(out['moved']['b'], '{:.1f}')} (CIMR − HNB {_f(out['moved']['delta'], '{:+.2f}')}"
+                      + (f", paired p = {moved.p:.3g}" if moved is not None else "")
+                      + f"); HNB's excess over chance {_f(out['excess_hnb'], '{:+.1f}')}")
     else:
         test = stats.paired_test(va, vb)
         verdict = stats.verdict(test, "equal" if kind == "kept" else "increase",
@@ -194,9 +243,21 @@ def decide(cells: dict, base: str, row: tuple, g: dict) -> dict:
         level = 2 * test.alpha if kind == "kept" else test.alpha
         out.update(delta=test.delta, ci=list(test.interval(level)), t=test.t, df=test.df, n=test.n[0],
                    p=stats.tost_p(test, EQUIV_MARGIN) if kind == "kept" else test.p)
+    elif kind.startswith("removed"):   # one seed: Δ̄ is still the row's quantity, d̄, not the raw difference
+        out["delta"] = _mean(d)
     else:
         out["delta"] = _mean(y - x for x, y in zip(va, vb) if x is not None and y is not None)
     return out
+
+
+def retest_2e(cells: dict, base: str, row: tuple, g: dict) -> dict | None:
+    """A gain row re-tested with its Global-M head trained 2E epochs (`grid.FCSTUDY_2E_SUFFIX` cells; protocol change
+    list, 2026-12-05), paired on the seeds both ran; None when those heads have not run."""
+    rid, statement, (a, b), kind, label = row
+    if kind != "gain" or not cells.get(head_cell(base, a + FCSTUDY_2E_SUFFIX)):
+        return None
+    res = decide(cells, base, (rid, statement, (a + FCSTUDY_2E_SUFFIX, b), kind, label), g)
+    return None if res["verdict"] == "missing" else res
 
 
 def controls(cells: dict, base: str, suites) -> dict:
@@ -213,12 +274,21 @@ def build(budgets: dict) -> dict | None:
     if not budgets.get("flowclip") and not budgets.get("flowclip_pilot"):
         return None
     cells = seed_metrics(budgets.get("flowclip") or [])
-    out = {"pilot": pilot(budgets.get("flowclip_pilot") or []), "gates": {}, "rows": [], "controls": {}}
+    out = {"pilot": pilot(budgets.get("flowclip_pilot") or []), "gates": {}, "rows": [], "controls": {},
+           "head_budgets": head_budgets(budgets.get("flowclip") or [])}
     for base in BASES:
         g = out["gates"][base] = gates(cells, base)
         for row in ROWS:
+            res = decide(cells, base, row, g)
+            again = retest_2e(cells, base, row, g)
+            if again is not None:
+                res["retest_2e"] = again
+                note = (f"Global-M at 2E epochs: Δ̄ {_f(again.get('delta'), '{:+.2f}')}"
+                        + (f", p = {again['p']:.3g} (n = {again['n']})" if again.get("p") is not None else "")
+                        + f", {again['verdict']}")
+                res["why"] = f"{res['why']}; {note}" if res.get("why") else note
             out["rows"].append({"id": row[0], "base": base, "statement": row[1], "heads": row[2],
-                                "quantity": row[4], "result": decide(cells, base, row, g)})
+                                "quantity": row[4], "result": res})
         out["controls"][base] = controls(cells, base, g["prior_suites"])
     return out
 
@@ -263,6 +333,17 @@ def section(study: dict | None, table) -> list[str]:
                [[b, _f(g["holdout"]), *(f"{_f(g['blind'][s][0])} / {_f(g['blind'][s][1], '{:.0f}')}"
                                         + (" ✓" if s in g["prior_suites"] else "") for s in CONTROL_SUITES)]
                 for b, g in study["gates"].items()]) + ["", "(cells: blind / chance, ✓ prior-bearing)", ""]
+    hb = study.get("head_budgets") or {}
+    if hb:
+        L += [f"**Heads' budget** (E = {hb[next(iter(hb))]['epochs']} epochs for the study's heads; a head is "
+              "*still rising* when its best validation binding mean falls in its last epoch, as the protocol flags; "
+              "late rise = the last epoch's best minus the best before it, against the pilot's plateau threshold "
+              f"{PLATEAU_POINTS:g})", ""]
+        L += table(["head cell", "epochs", "seeds", "best at epoch (mean)", "still rising", "late rise (mean)",
+                    "late rise (max)"],
+                   [[name, v["epochs"], v["seeds"], _f(v["best_epoch"], "{:.2f}"),
+                     f"{v['still_rising']} of {v['seeds']}", _f(v["late_rise"], "{:+.2f}"),
+                     _f(v["late_rise_max"], "{:+.2f}")] for name, v in hb.items()]) + [""]
     L += ["**Rows** (paired by head seed on one base; one look at α = 0.05; FC3's interval at 90 %)", ""]
     body = []
     for r in study["rows"]:
@@ -281,7 +362,8 @@ def section(study: dict | None, table) -> list[str]:
         L += [f"**Controls on base {b}'s prior-bearing suites** (accuracy %, mean ± std over head seeds; blind and "
               "chance beside)", ""]
         L += table(["suite", "head", "Real", "Shuffle", "Fixed", "blind", "chance"],
-                   [[s, h, *(f"{_f(v[c]['mean'])} ± {_f(v[c]['std'])}" for c in ("real", "shuffle", "fixed")),
+                   [[s, h, *(f"{_f(v[c]['mean'])} ± {_f(v[c]['std'] if v[c]['n'] > 1 else None)}"
+                              for c in ("real", "shuffle", "fixed")),
                      _f(study["gates"][b]["blind"][s][0]), _f(study["gates"][b]["blind"][s][1], "{:.0f}")]
                     for s in suites for h, by_suite in by_head.items() for v in [by_suite[s]]]) + [""]
     return L

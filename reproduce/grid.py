@@ -85,6 +85,7 @@ class CellSpec:
     clip_seed: int | None = None        # heads: that cell's seed (None: the head's own seed)
     only_seed: int | None = None        # a cell trained for this seed alone (a base its heads share)
     archive_export: bool = False        # --archive keeps its export too (reproduce.base_exports): a frozen base
+    head_epochs_scale: int = 1          # fcstudy heads: trains this many times the study's E epochs (a budget check)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +135,7 @@ READING_B_KNOB = "loss.delta_gd=0.8, loss.delta_isd=0.8, loss.gd_isd_scale=0.5"
 FCSTUDY_PRIOR = "typical_order"   # the Flow-CLIP study's language prior (docs/reproduction/flowclip_protocol.md)
 # The study's frozen bases (name, what its local tokens are, configs/clip_shapes.py variant): G was added after P and
 # R failed gate 1 on word → token grounding (flowclip_protocol.md change list, 2026-12-04).
+FCSTUDY_2E_SUFFIX = "_2e"          # a study head trained 2E epochs (`CellSpec.head_epochs_scale`)
 FCSTUDY_BASES = (("P", "pixel ViT", ""), ("R", "region tokens", "regions"),
                  ("G", "region tokens aligned with words", "regions,token_align"))
 
@@ -172,6 +174,11 @@ SPECS: tuple[CellSpec, ...] = (
       for b, _, _ in FCSTUDY_BASES
       for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"),
                           ("flowclip_hnb", "Flow-CLIP, HNB"), ("flowclip_cimr", "Flow-CLIP, HNB+CIMR"))),
+    # The Global-M heads on G at 2E epochs (flowclip_protocol.md change list, 2026-12-05): they were still rising at
+    # E, so the binding rows are re-tested against a Global-M that trained twice as long (a sensitivity check).
+    *(CellSpec(f"fcs_G_{head}{FCSTUDY_2E_SUFFIX}", "fcstudy", f"{label}, base G, 2E epochs", "flowclip_shapes",
+               f"{head},select_binding", needs_clip=True, clip_cell="fcs_base_G", clip_seed=0, head_epochs_scale=2)
+      for head, label in (("globalm_hnb", "Global-M, HNB"), ("globalm_cimr", "Global-M, HNB+CIMR"))),
 )
 
 
@@ -275,12 +282,15 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
                                      "fold_counts": (1,)}}
     elif study:  # the configs' own budgets (`select_binding,cpu`: 5 epochs), the study's heads at the pilot's epochs
         c.train.eval_every_epoch = True
+        if spec.head_epochs_scale != 1 and budget != "flowclip":
+            raise ValueError(f"cell {cell.name!r} trains {spec.head_epochs_scale} × the study's head epochs; it runs "
+                             "at the 'flowclip' budget only")
         if budget == "flowclip" and c.task == "flowclip_head":
             if FLOWCLIP_HEAD_EPOCHS is None:
                 raise ValueError("the Flow-CLIP study's head budget is set by its pilot (--budget flowclip_pilot; "
                                  "docs/reproduction/flowclip_protocol.md); reproduce/grid.py FLOWCLIP_HEAD_EPOCHS "
                                  "is not set yet")
-            c.train.num_epochs = FLOWCLIP_HEAD_EPOCHS
+            c.train.num_epochs = FLOWCLIP_HEAD_EPOCHS * spec.head_epochs_scale
     elif c.train.num_steps:  # a step budget (the Flow-CLIP heads' `cpu` variant) keeps its own validation cadence
         c.train.eval_every_epoch = False
         if budget == "long":

@@ -191,3 +191,74 @@ def test_the_grid_has_the_study_cells_on_one_base_seed(monkeypatch):
         grid.build_config(cells[-1], "flowclip", "/tmp/out")
     with pytest.raises(ValueError, match="does not run at the 'default' budget"):
         grid.build_config(cells[-1], "default", "/tmp/out")
+
+
+def _curve(values, per_epoch=100, per_validation=25):
+    return {"val": {"step": [per_validation * (i + 1) for i in range(len(values))], FS.SELECT_BINDING_VAL: values}}
+
+
+def test_heads_still_rising_at_the_budget_are_flagged_with_their_late_rise():
+    """Protocol: 'a head whose best falls in its last epoch is flagged "still rising"'; the late rise is the last
+    epoch's best minus the best before it (brute force on the planted curves)."""
+    rising = [50 + i for i in range(20)]                                  # best at the end: +4 in the last epoch
+    flat = [50 + 4 * min(i, 7) for i in range(20)]                        # plateau from epoch 2 (first best kept)
+    late_dip = [50 + 4 * min(i, 7) for i in range(16)] + [70, 70, 79.5, 60]  # best in the last epoch, then a dip
+    recs = [_record(FS.head_cell("G", "globalm_hnb"), k, {}, curves=_curve(v)) for k, v in enumerate((rising, flat))]
+    recs.append(_record(FS.head_cell("G", "flowclip_hnb"), 0, {}, curves=_curve(late_dip)))
+    recs.append(_record("fcs_base_G", 0, {}, curves=_curve(rising)))      # a base is not a head
+    r, f, d = (FS.late_rise(x) for x in recs[:3])
+    assert r["still_rising"] and r["late_rise"] == pytest.approx(69 - 65) and r["best_epoch"] == pytest.approx(5.0)
+    assert not f["still_rising"] and f["late_rise"] == pytest.approx(0.0) and f["best_epoch"] == pytest.approx(2.0)
+    assert d["still_rising"] and d["late_rise"] == pytest.approx(79.5 - 78) and d["best_epoch"] == pytest.approx(4.75)
+    hb = FS.head_budgets(recs)
+    assert set(hb) == {"fcs_G_globalm_hnb", "fcs_G_flowclip_hnb"}
+    assert hb["fcs_G_globalm_hnb"]["still_rising"] == 1 and hb["fcs_G_globalm_hnb"]["seeds"] == 2
+    assert hb["fcs_G_globalm_hnb"]["late_rise"] == pytest.approx(2.0) and hb["fcs_G_globalm_hnb"]["late_rise_max"] == 4
+    assert FS.late_rise(_record("x", 0, {})) is None
+    text = "\n".join(FS.section({**FS.build(_study()), "head_budgets": hb}, report.tables.markdown_table))
+    assert "| fcs_G_globalm_hnb | 5 | 2 | 3.50 | 1 of 2 | +2.00 | +4.00 |" in text
+    assert_tables_are_rectangular(text)
+
+
+def test_cimr_rows_show_the_direction_and_keep_their_quantity_at_one_seed():
+    recs = _study(heads={"flowclip_hnb": {"shuffle": 70.0}, "flowclip_cimr": {"shuffle": 75.0}})
+    fc1 = _row(FS.build(recs), "FC1")
+    # CIMR raised Shuffle by 5 (the noise cancels in the pairs); d = −5 − ½ · 20 = −15 on every seed
+    assert fc1["moved"]["delta"] == pytest.approx(5.0) and fc1["delta"] == pytest.approx(-15.0)
+    assert "Shuffle accuracy 70.0 → 75.0 (CIMR − HNB +5.00" in fc1["why"] and "excess over chance +20.0" in fc1["why"]
+    recs["flowclip"] = [r for r in recs["flowclip"] if r["seed"] == 0]
+    one = _row(FS.build(recs), "FC1")
+    assert one["verdict"] == "inconclusive" and one["delta"] == pytest.approx(-15.0 - 0.5 * NOISE[0])  # d, not +5
+
+
+def test_binding_rows_are_retested_against_global_m_trained_2e_epochs():
+    """Protocol change list, 2026-12-05: the gain rows on G re-tested with the Global-M heads at 2E epochs; the
+    declared verdict stays, the re-test joins 'why'."""
+    recs = _study(heads={"flowclip_cimr": {"binding": 73.0}, "flowclip_hnb": {"binding": 73.0}})
+    for r in [r for r in recs["flowclip"] if r["name"] == "fcs_G_globalm_hnb"]:
+        m = dict(r["metrics"]["best"], binding_real=r["metrics"]["best"]["binding_real"] + 2.5 + 0.1 * r["seed"])
+        recs["flowclip"].append({**r, "name": "fcs_G_globalm_hnb" + grid.FCSTUDY_2E_SUFFIX,
+                                 "metrics": {"best": m, "final": m}})
+    study = FS.build(recs)
+    fb2, fb1 = _row(study, "FB2", "G"), _row(study, "FB1", "G")
+    assert fb2["verdict"] == "inconclusive" and "retest_2e" in fb2 and "retest_2e" not in fb1
+    d = [3.0 - 2.5 - 0.1 * k for k in SEEDS]
+    ref = st.ttest_1samp(d, 0.0)
+    again = fb2["retest_2e"]
+    assert again["delta"] == pytest.approx(np.mean(d)) and again["p"] == pytest.approx(ref.pvalue)
+    assert again["verdict"] == "not reproduced" and fb2["why"].startswith("Global-M at 2E epochs: Δ̄ +0.30")
+    assert "retest_2e" not in _row(study, "FB2", "R")
+
+
+def test_the_2e_global_m_cells_train_twice_the_study_epochs_at_the_study_budget_only():
+    cells = grid.make_grid(1, ["fcs_G_globalm_hnb_2e", "fcs_G_globalm_cimr_2e"])
+    assert [c.name for c in cells] == ["fcs_base_G", "fcs_G_globalm_hnb_2e", "fcs_G_globalm_cimr_2e"]
+    cfg = grid.build_config(cells[1], "flowclip", "/tmp/out")
+    ref = grid.build_config(grid.Cell(grid.SPEC_BY_NAME["fcs_G_globalm_hnb"], 0), "flowclip", "/tmp/out")
+    assert cfg.train.num_epochs == 2 * grid.FLOWCLIP_HEAD_EPOCHS == 2 * ref.train.num_epochs
+    # nothing else differs from the head it re-trains
+    a, b = cfg.to_dict(), ref.to_dict()
+    a["train"].pop("num_epochs"), b["train"].pop("num_epochs")
+    assert a == b
+    with pytest.raises(ValueError, match="at the 'flowclip' budget only"):
+        grid.build_config(cells[1], "flowclip_pilot", "/tmp/out")
