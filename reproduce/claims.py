@@ -275,6 +275,7 @@ def _once(claim: Claim, cells: dict, names, protocol, score, seeds, alpha) -> di
         weakest = min(parts, key=lambda p: p.get("delta") if p.get("delta") is not None else math.inf)
         return {"verdict": verdict, "parts": parts, "delta": weakest.get("delta"), "ci": weakest.get("ci"),
                 "p": weakest.get("p"), "t": weakest.get("t"), "df": weakest.get("df"), "n": weakest.get("n"),
+                "se": weakest.get("se"),
                 "p_iut": max((p["p"] for p in parts if p.get("p") is not None), default=None),
                 "vs": weakest.get("vs"), "alpha": alpha, "seeds": list(seeds)}
     test, finite = _test(claim, cells, names, protocol, score, seeds, alpha)
@@ -290,7 +291,7 @@ def _once(claim: Claim, cells: dict, names, protocol, score, seeds, alpha) -> di
                  "contrast": lambda: means[3] - means[2] - (means[1] - means[0])}[claim.test]()
         return {**out, "n": [len(v) for v in finite], "delta": float(delta)}
     out.update(delta=test.delta, ci=list(test.interval(alpha)), p=test.p, t=test.t, df=test.df, n=list(test.n),
-               kind=test.kind)
+               kind=test.kind, se=test.se)
     if claim.direction == "equal":
         out["ci"] = list(test.interval(2 * alpha))   # TOST's (1 − 2α) interval against the margin
         out["p"] = stats.tost_p(test, claim.margin)

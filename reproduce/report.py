@@ -283,6 +283,7 @@ def render_markdown(report: dict) -> str:
     L += ["## Derived rows (not the source's statements)", "",
           "Comparisons the page implies but does not make, or values from a secondary source; same tests, never "
           "counted above.", ""] + _claim_table(report["rows"]["derived"], table)
+    L += tables.power_section(report["rows"]["headline"] + report["rows"]["derived"], table)
     L += tables.sensitivity_section(report, table)
     L += tables.knob_section(report, table)
     L += tables.budget_check_section(report, table)

@@ -124,11 +124,11 @@ def test_every_section_and_table(written):
     _, rep, md = written
     headings = re.findall(r"^## (.+)$", md, re.M)
     assert headings == ["MaxMatch claims (converged budget)", "Derived rows (not the source's statements)",
-                        "Every cell under every score (converged budget)", "Readings of unstated defaults (knob cells)",
+                        "What the tests could detect", "Every cell under every score (converged budget)", "Readings of unstated defaults (knob cells)",
                         "Budget check: 10 against 20 epochs",
                         "Flow-CLIP study (protocol: [docs/reproduction/flowclip_protocol.md]"
                         "(reproduction/flowclip_protocol.md))", "The quick budget (2 epochs)", "Figures", "Verdict rule"]
-    study = section(md, headings[5])
+    study = section(md, headings[6])
     assert study.strip().startswith("No records yet: the study's bases, pilot and heads have not run"), study[:600]
     assert md.startswith("# Reproduction report\n\nRegenerate: `python -m reproduce X`")
     assert "Records: 34 run(s) at the converged budget, 2 run(s) at the converged_x2 budget, 21 run(s) at the " \
