@@ -5,6 +5,8 @@
     flowclip_binding.png   binding mean (Real images) of the frozen CLIP and the four heads, chance as a line
     flowclip_controls.png  ARO-style mean of the same cells under Real / Shuffle / Fixed images, chance as a line
     training_curves.png    training loss and validation RSUM against the step, per seed (the stability check)
+    flowclip_study.png     the Flow-CLIP study's heads per seed: binding gain pairs and CIMR controls
+                           (`reproduce.flowclip_figures`)
     heatmap_<cell>.png     the element-similarity matrix a record stores (2-epoch grid, seed 0), one colour
                            scale for all cells
 
@@ -299,6 +301,7 @@ def claims_forest(rows: list[dict], path: str) -> str | None:
 
 def write_figures(report: dict, out: str) -> dict:
     """The charts into `out/figures/`; {name: path relative to `out`} for those with data."""
+    from reproduce import flowclip_figures  # it draws with this module's helpers
     quick = report["aggregates"].get("default") or {}
     converged = report["aggregates"].get("converged") or {}
     made = {}
@@ -306,7 +309,9 @@ def write_figures(report: dict, out: str) -> dict:
             ("ablation_rsum", lambda p: ablation_rsum(quick, p)),
             ("flowclip_binding", lambda p: flowclip_binding(quick, p)),
             ("flowclip_controls", lambda p: flowclip_controls(quick, p)),
-            ("training_curves", lambda p: training_curves(converged or quick, p)))
+            ("training_curves", lambda p: training_curves(converged or quick, p)),
+            ("flowclip_study", lambda p: flowclip_figures.study_figure(
+                report.get("fcstudy"), (report.get("cells") or {}).get("flowclip") or {}, p)))
     for name, fn in todo:
         path = fn(os.path.join(out, "figures", f"{name}.png"))
         if path:

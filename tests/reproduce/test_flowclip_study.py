@@ -262,3 +262,30 @@ def test_the_2e_global_m_cells_train_twice_the_study_epochs_at_the_study_budget_
     assert a == b
     with pytest.raises(ValueError, match="at the 'flowclip' budget only"):
         grid.build_config(cells[1], "flowclip_pilot", "/tmp/out")
+
+
+def test_the_study_figure_draws_every_seed_and_names_its_reference_lines(monkeypatch, tmp_path):
+    from reproduce import figures, flowclip_figures
+    kept = {}
+    monkeypatch.setattr(flowclip_figures, "_save", lambda fig, path: kept.setdefault("fig", fig) and path)
+    recs = _study(heads={"flowclip_hnb": {"binding": 80.0}, "flowclip_cimr": {"binding": 81.0}})
+    recs["flowclip"] = [r for r in recs["flowclip"] if not r["name"].startswith(("fcs_P_", "fcs_R_"))]
+    study = FS.build(recs)
+    cells = report.seed_metrics(recs["flowclip"])
+    path = flowclip_figures.study_figure(study, cells, str(tmp_path / "f.png"))
+    assert path.endswith("f.png")
+    fig = kept["fig"]
+    assert len(fig.axes) == 2                                   # only base G has heads
+    gain, ctl = fig.axes
+    # every seed of the four heads is a dot; the pairs are joined per seed (5 seeds × 2 losses)
+    from matplotlib.collections import PathCollection
+    assert sum(len(c.get_offsets()) for c in gain.collections if isinstance(c, PathCollection)) == 4 * len(SEEDS)
+    assert len([ln for ln in gain.lines if ln.get_color() == "0.6"]) == 2 * len(SEEDS)
+    labels = [t.get_text() for t in ctl.get_legend().get_texts()]
+    assert any(t.startswith("chance (suite mean) 50.0 %") for t in labels)
+    assert any(t.startswith("blind text-only model 62.0 %") for t in labels)
+    # the zoom keeps every dot visible
+    lo, hi = gain.get_ylim()
+    assert lo <= 70.0 - 0.4 and hi >= 81.0 + 0.3
+    assert flowclip_figures.study_figure(None, {}, str(tmp_path / "g.png")) is None
+    assert "flowclip_study.png" in figures.__doc__
