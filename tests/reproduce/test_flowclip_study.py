@@ -289,3 +289,27 @@ def test_the_study_figure_draws_every_seed_and_names_its_reference_lines(monkeyp
     assert lo <= 70.0 - 0.4 and hi >= 81.0 + 0.3
     assert flowclip_figures.study_figure(None, {}, str(tmp_path / "g.png")) is None
     assert "flowclip_study.png" in figures.__doc__
+
+
+def test_a_row_is_decided_once_on_the_declared_five_pairs():
+    """Protocol: one look at seeds 0–4. Fewer pairs show their test as interim under 'inconclusive'; a sixth seed
+    (e.g. a re-run) is not part of the look."""
+    recs = _study(heads={"flowclip_hnb": {"binding": 73.0}})
+    for r in recs["flowclip"]:
+        if r["name"] == "fcs_R_flowclip_hnb":
+            r["metrics"]["best"]["binding_real"] += 0.5 * (-1) ** r["seed"]
+    full = _row(FS.build(recs), "FB2")
+    assert full["verdict"] == "reproduced" and full["seeds"] == list(SEEDS) and "interim_verdict" not in full
+    extra = [dict(r, seed=5) for r in recs["flowclip"] if r["seed"] == 0 and r["name"].startswith("fcs_R_")]
+    for r in extra:   # a sixth pair that would flip the test if it counted
+        m = dict(r["metrics"]["best"], binding_real=0.0 if "flowclip" in r["name"] else 100.0)
+        r["metrics"] = {"best": m, "final": m}
+    with_sixth = _row(FS.build({"flowclip": recs["flowclip"] + extra}), "FB2")
+    assert with_sixth["seeds"] == list(SEEDS) and with_sixth["p"] == pytest.approx(full["p"])
+    early = {"flowclip": [r for r in recs["flowclip"] if r["seed"] < 2]}
+    two = _row(FS.build(early), "FB2")
+    a = [70.0 + n for n in NOISE[:2]]
+    b = [73.0 + n + 0.5 * (-1) ** k for k, n in enumerate(NOISE[:2])]
+    assert two["p"] == pytest.approx(st.ttest_rel(b, a).pvalue)
+    assert two["verdict"] == "inconclusive" and two["interim_verdict"] in ("reproduced", "not reproduced")
+    assert two["why"].startswith(f"interim, 2 of 5 pairs: the test says {two['interim_verdict']}")
