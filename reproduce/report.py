@@ -22,7 +22,7 @@ import os
 import shutil
 
 from reproduce import claims as C
-from reproduce import figures, flowclip_study, provenance, stats, tables
+from reproduce import figures, flowclip_report, flowclip_study, provenance, stats, tables
 from reproduce.curves import COLLAPSE_DROP, collapse
 from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
 from reproduce.tables import score_label
@@ -287,7 +287,7 @@ def render_markdown(report: dict) -> str:
     L += tables.sensitivity_section(report, table)
     L += tables.knob_section(report, table)
     L += tables.budget_check_section(report, table)
-    L += flowclip_study.section(report.get("fcstudy"), table)
+    L += flowclip_report.section(report.get("fcstudy"), table)
     L += tables.quick_section(report, table, _claim_table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]

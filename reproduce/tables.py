@@ -256,12 +256,12 @@ def power_section(rows: list[dict], table, *, seeds_planned: int = 5) -> list[st
                      "–" if c.direction == "equal" else _vs_interval(c.source_delta, res.get("ci"))])
     return ["## What the tests could detect", "",
             "For each row with a test: its standard error and degrees of freedom at the seeds it used, the smallest "
-            f"effect it detects with {power.POWER * 100:.0f} % power at its own level α (the minimum detectable effect, "
-            f"MDE, at the spread the seeds showed; `reproduce/power.py`), the same projected to {seeds_planned} "
+            f"effect it detects with {power.POWER * 100:.0f} % power at its own level α (the minimum detectable "
+            f"effect, MDE, at the spread the seeds showed; `reproduce/power.py`), the same projected to {seeds_planned} "
             "seeds per cell, and where the source's Δ falls against our interval. A 'not reproduced' row with an "
             "MDE well above the source's Δ is a test that could not have seen an effect of the source's size; the "
             "source's Δ is measured on its own benchmark (Flickr30k RSUM, or the secondary source's circular "
             "variance), so it places the scale, not a value ShapesWorld must give. The equivalence row (S2) is "
             "decided by its margin instead; M3 shows its weakest comparison.", ""] + table(
-        ["id", "verdict", "seeds", "SE", "ν", f"MDE ({power.POWER * 100:.0f} % power)", f"MDE at {seeds_planned} seeds",
-         "source Δ", "source Δ vs our CI"], body)
+        ["id", "verdict", "seeds", "SE", "ν", f"MDE ({power.POWER * 100:.0f} % power)",
+         f"MDE at {seeds_planned} seeds", "source Δ", "source Δ vs our CI"], body)

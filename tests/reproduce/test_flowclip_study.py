@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from reproduce import flowclip_report
 from reproduce import flowclip_study as FS
 from reproduce import grid, report
 from tests.reproduce.helpers import assert_tables_are_rectangular
@@ -161,11 +162,12 @@ def test_missing_heads_and_the_report_section():
     recs["flowclip"] = [r for r in recs["flowclip"] if r["name"] != "fcs_P_flowclip_cimr"]
     study = FS.build(recs)
     assert _row(study, "FB1", "P")["verdict"] == "missing" and "fcs_P_flowclip_cimr" in _row(study, "FB1", "P")["why"]
-    lines = FS.section(study, report.tables.markdown_table)
+    lines = flowclip_report.section(study, report.tables.markdown_table)
     text = "\n".join(lines)
     assert "**Gate 1" in text and "**Gate 2" in text and "| FB1 | P |" in text
     assert_tables_are_rectangular(text)
-    assert FS.build({}) is None and "No records yet" in "\n".join(FS.section(None, report.tables.markdown_table))
+    assert FS.build({}) is None
+    assert "No records yet" in "\n".join(flowclip_report.section(None, report.tables.markdown_table))
 
 
 def test_the_grid_has_the_study_cells_on_one_base_seed(monkeypatch):
@@ -215,7 +217,7 @@ def test_heads_still_rising_at_the_budget_are_flagged_with_their_late_rise():
     assert hb["fcs_G_globalm_hnb"]["still_rising"] == 1 and hb["fcs_G_globalm_hnb"]["seeds"] == 2
     assert hb["fcs_G_globalm_hnb"]["late_rise"] == pytest.approx(2.0) and hb["fcs_G_globalm_hnb"]["late_rise_max"] == 4
     assert FS.late_rise(_record("x", 0, {})) is None
-    text = "\n".join(FS.section({**FS.build(_study()), "head_budgets": hb}, report.tables.markdown_table))
+    text = "\n".join(flowclip_report.section({**FS.build(_study()), "head_budgets": hb}, report.tables.markdown_table))
     assert "| fcs_G_globalm_hnb | 5 | 2 | 3.50 | 1 of 2 | +2.00 | +4.00 |" in text
     assert_tables_are_rectangular(text)
 

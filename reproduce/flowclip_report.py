@@ -1,0 +1,79 @@
+"""The Flow-CLIP study's section of the report (`reproduce.report`): gates, pilot, heads' budget, rows and controls,
+rendered from `reproduce.flowclip_study.build`'s output.
+"""
+
+from __future__ import annotations
+
+from reproduce.flowclip_study import (BLIND_HOLDOUT, BLIND_MARGIN, CONTROL_SUITES, GROUNDING_MARGIN, HEADS,
+                                      PILOT_BASE, PLATEAU_POINTS, PROBE_MARGIN, _f)
+from reproduce.grid import FLOWCLIP_HEAD_EPOCHS
+
+
+def section(study: dict | None, table) -> list[str]:
+    L = ["## Flow-CLIP study (protocol: [docs/reproduction/flowclip_protocol.md](reproduction/flowclip_protocol.md))",
+         ""]
+    if study is None:
+        return L + ["No records yet: the study's bases, pilot and heads have not run (`--budget flowclip_pilot`, "
+                    "`--budget flowclip`, cells `fcs_*`; reproduce/README.md).", ""]
+    p = study["pilot"]
+    L += [f"**Pilot** (seed 0 of each head on base {PILOT_BASE}, 5 epochs, validation binding mean under Real): "
+          + (f"budget E = {p['epochs']} epoch(s)." if p["epochs"] is not None else
+             f"{len(p['heads'])} of {len(HEADS)} heads run; the budget is not set yet."), ""]
+    if p["heads"]:
+        L += table(["head", "plateau epoch", "best validation binding mean", "validations"],
+                   [[h, v["epoch"], _f(v["best"]), len(v["values"])] for h, v in p["heads"].items()])
+        L += [""]
+    L += ["**Gate 1 — what the bases' local tokens carry** (test-split probes; accuracy vs majority rate; "
+          f"a label passes at majority + {PROBE_MARGIN:g}, grounding at area chance + {GROUNDING_MARGIN:g})", ""]
+    rows = []
+    for b, g in study["gates"].items():
+        if not g.get("base_run"):
+            rows.append([b, *["–"] * 6, "not run"])
+            continue
+        pr, gr = g["probes"], g["grounding"]
+        rows.append([b, *(f"{_f(a)} vs {_f(m)}" for a, m in (pr[k] for k in ("colour", "shape", "size", "cell"))),
+                     f"{_f(gr[0])} vs {_f(gr[1])} (uniform {_f(gr[2])})",
+                     "yes" if g["binding"] else "no", "yes" if g["relation"] else "no"])
+    L += table(["base", "colour", "shape", "size", "cell", "grounding vs area chance", "binding gate",
+                "relation gate"], rows) + [""]
+    L += ["**Gate 2 — where a language prior exists** (blind text-only baseline on the heads' test tables, mean over "
+          f"the base's heads; a suite is prior-bearing at chance + {BLIND_MARGIN:g} with held-out pair accuracy ≥ "
+          f"{BLIND_HOLDOUT:g} %)", ""]
+    L += table(["base", "held-out pair acc.", *CONTROL_SUITES],
+               [[b, _f(g["holdout"]), *(f"{_f(g['blind'][s][0])} / {_f(g['blind'][s][1], '{:.0f}')}"
+                                        + (" ✓" if s in g["prior_suites"] else "") for s in CONTROL_SUITES)]
+                for b, g in study["gates"].items()]) + ["", "(cells: blind / chance, ✓ prior-bearing)", ""]
+    hb = study.get("head_budgets") or {}
+    if hb:
+        L += [f"**Heads' budget** (E = {FLOWCLIP_HEAD_EPOCHS} epochs for the study's heads, 2E for the `_2e` "
+              "cells; a head is *still rising* when its best validation binding mean falls in its last epoch, as "
+              "the protocol flags; late rise = the last epoch's best minus the best before it, against the pilot's "
+              f"plateau threshold {PLATEAU_POINTS:g})", ""]
+        L += table(["head cell", "epochs", "seeds", "best at epoch (mean)", "still rising", "late rise (mean)",
+                    "late rise (max)"],
+                   [[name, v["epochs"], v["seeds"], _f(v["best_epoch"], "{:.2f}"),
+                     f"{v['still_rising']} of {v['seeds']}", _f(v["late_rise"], "{:+.2f}"),
+                     _f(v["late_rise_max"], "{:+.2f}")] for name, v in hb.items()]) + [""]
+    L += ["**Rows** (paired by head seed on one base; one look at α = 0.05; FC3's interval at 90 %)", ""]
+    body = []
+    for r in study["rows"]:
+        res = r["result"]
+        test = ("–" if res.get("t") is None else
+                f"t = {res['t']:.2f}, ν = {res['df']:.0f}, {'TOST p' if r['id'] == 'FC3' else 'p'} = {res['p']:.3g} "
+                f"(n = {res['n']})")
+        ci = "–" if res.get("ci") is None else f"[{res['ci'][0]:+.2f}, {res['ci'][1]:+.2f}]"
+        body.append([r["id"], r["base"], r["statement"], f"{r['heads'][0]} → {r['heads'][1]}", r["quantity"],
+                     _f(res.get("delta"), "{:+.2f}"), ci, test, f"**{res['verdict']}**", res.get("why", "–")])
+    L += table(["id", "base", "statement", "heads", "quantity", "Δ̄", "CI", "test", "verdict", "why"], body) + [""]
+    for b, by_head in study["controls"].items():
+        suites = study["gates"][b]["prior_suites"]
+        if not suites:
+            continue
+        L += [f"**Controls on base {b}'s prior-bearing suites** (accuracy %, mean ± std over head seeds; blind and "
+              "chance beside)", ""]
+        L += table(["suite", "head", "Real", "Shuffle", "Fixed", "blind", "chance"],
+                   [[s, h, *(f"{_f(v[c]['mean'])} ± {_f(v[c]['std'] if v[c]['n'] > 1 else None)}"
+                              for c in ("real", "shuffle", "fixed")),
+                     _f(study["gates"][b]["blind"][s][0]), _f(study["gates"][b]["blind"][s][1], "{:.0f}")]
+                    for s in suites for h, by_suite in by_head.items() for v in [by_suite[s]]]) + [""]
+    return L
