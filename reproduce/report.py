@@ -22,7 +22,7 @@ import os
 import shutil
 
 from reproduce import claims as C
-from reproduce import figures, flowclip_report, flowclip_study, provenance, stats, tables
+from reproduce import figures, flowclip_oracle, flowclip_report, flowclip_study, provenance, stats, tables
 from reproduce.curves import COLLAPSE_DROP, collapse
 from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
 from reproduce.tables import score_label
@@ -175,7 +175,7 @@ def _test_text(r: dict, claim=None) -> str:
 
 # ---- the report --------------------------------------------------------------------------------------------------
 
-def build_report(records: list[dict], *, command: str) -> dict:
+def build_report(records: list[dict], *, command: str, oracle_path: str = flowclip_oracle.RECORD) -> dict:
     budgets = by_budget(records)
     cells = {b: seed_metrics(rs) for b, rs in budgets.items()}
     collapsed = {b: collapsed_runs(rs) for b, rs in budgets.items()}
@@ -205,7 +205,7 @@ def build_report(records: list[dict], *, command: str) -> dict:
                     f"1500 steps (seeds {', '.join(map(str, lr['result']['seeds']))}): {_delta(lr['result'])} "
                     f"{lr['result']['verdict']}")
     return {"command": command, "budgets": {b: len(rs) for b, rs in budgets.items()}, "cells": cells,
-            "fcstudy": flowclip_study.build(budgets),
+            "fcstudy": flowclip_study.build(budgets), "flowclip_oracle": flowclip_oracle.load(oracle_path),
             "aggregates": {b: tables.aggregate(rs) for b, rs in budgets.items()}, "rows": rows, "others": others,
             "quick": quick, "long_flowclip": long_flowclip, "records": records,
             "code": {**provenance.compare(provenance.commits_of(records)),
@@ -288,6 +288,7 @@ def render_markdown(report: dict) -> str:
     L += tables.knob_section(report, table)
     L += tables.budget_check_section(report, table)
     L += flowclip_report.section(report.get("fcstudy"), table)
+    L += flowclip_oracle.section(report.get("flowclip_oracle"), table)
     L += tables.quick_section(report, table, _claim_table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]
