@@ -311,7 +311,8 @@ def write_figures(report: dict, out: str) -> dict:
             ("flowclip_controls", lambda p: flowclip_controls(quick, p)),
             ("training_curves", lambda p: training_curves(converged or quick, p)),
             ("flowclip_study", lambda p: flowclip_figures.study_figure(
-                report.get("fcstudy"), (report.get("cells") or {}).get("flowclip") or {}, p)))
+                report.get("fcstudy"), (report.get("cells") or {}).get("flowclip") or {}, p)),
+            ("flowclip_oracle", lambda p: flowclip_figures.oracle_figure(report.get("flowclip_oracle"), p)))
     for name, fn in todo:
         path = fn(os.path.join(out, "figures", f"{name}.png"))
         if path:

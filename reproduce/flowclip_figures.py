@@ -126,3 +126,59 @@ def study_figure(study: dict | None, cells: dict, path: str) -> str | None:
     fig.suptitle("Flow-CLIP study (flowclip budget): per-seed test accuracies of the heads", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _oracle_series(record, head, kind, cond):
+    """[σ] of per-seed accuracy lists for one head, record type and condition."""
+    return [[r["heads"][head]["controls"][kind][cond] for r in record["runs"] if r["noise"] == s]
+            for s in record["noises"]]
+
+
+def oracle_figure(record: dict | None, path: str) -> str | None:
+    """`flowclip_oracle.png`: the mechanism oracle (reproduce/flowclip_oracle.py) against feature noise σ.
+
+    left   swap records under Real: Global-M · HNB and Flow-CLIP · HNB (the binding gain's mechanism)
+    right  replace records: excess over chance under Shuffle and Fixed for Flow-CLIP · HNB and · HNB + CIMR, with
+           half of HNB's excess dotted (FC1/FC2 ask CIMR to end at or below it)
+    Dots are seeds, lines join the means."""
+    if not record:
+        return None
+    from reproduce.flowclip_oracle import CHANCE
+    x = np.asarray(record["noises"], np.float64)
+    jitter = 0.004
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13.5, 4.2))
+    for head, label, color, dx in (("globalm_hnb", "Global-M · HNB", "tab:gray", -jitter),
+                                   ("flowclip_hnb", "Flow-CLIP · HNB", "tab:green", jitter)):
+        ys = _oracle_series(record, head, "swap", "real")
+        for xi, y in zip(x, ys):
+            left.scatter(np.full(len(y), xi + dx), y, s=12, color=color, alpha=0.6)
+        left.plot(x + dx, [np.mean(y) for y in ys], color=color, marker="o", label=label)
+    left.axhline(CHANCE, color="k", ls="--", lw=1, label=f"chance {CHANCE:g} %")
+    left.set_ylabel("accuracy (%), swap negatives, Real images", fontsize=8)
+    left.set_title("binding: swap negatives keep the bag of words", fontsize=9)
+    for cond, marker in (("shuffle", "o"), ("fixed", "s")):
+        for head, label, color, dx in (("flowclip_hnb", "HNB", "tab:blue", -jitter),
+                                       ("flowclip_cimr", "HNB + CIMR", "tab:red", jitter)):
+            ys = [np.asarray(y) - CHANCE for y in _oracle_series(record, head, "replace", cond)]
+            for xi, y in zip(x, ys):
+                right.scatter(np.full(len(y), xi + dx), y, s=10, color=color, marker=marker, alpha=0.5)
+            right.plot(x + dx, [np.mean(y) for y in ys], color=color, marker=marker,
+                       ls="-" if cond == "shuffle" else "--", label=f"{label}, {cond.capitalize()}")
+            if head == "flowclip_hnb":
+                right.plot(x, [0.5 * np.mean(y) for y in ys], color="0.4", lw=1,
+                           ls=":" if cond == "shuffle" else (0, (1, 4)), label=f"½ HNB's excess, {cond.capitalize()}")
+    right.axhline(0.0, color="k", lw=0.8)
+    right.set_ylabel("accuracy − chance (points), replace negatives", fontsize=8)
+    right.set_title("language prior: the image replaced (Shuffle, Fixed)", fontsize=9)
+    for ax in (left, right):
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{v:g}" for v in x], fontsize=8)
+        ax.set_xlabel("feature noise σ (harder →)", fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(axis="y", lw=0.5, alpha=0.4)
+    left.legend(fontsize=7)
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the seeds' dots fill the panel
+    fig.suptitle(f"Mechanism oracle on planted features ({record['steps']} steps, {len(record['seeds'])} seeds per σ;"
+                 " decides no row)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)

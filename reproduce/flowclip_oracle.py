@@ -42,7 +42,7 @@ from mmjax.evaluation.blind import fit_blind
 from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
 from mmjax.models import FlowCLIPHead
 from reproduce import paths, stats
-from reproduce.flowclip_study import EQUIV_MARGIN, REMOVED_SHARE, _f
+from reproduce.flowclip_study import EQUIV_MARGIN, REMOVED_SHARE
 
 HEADS = {"globalm_hnb": (False, 0.0), "flowclip_hnb": (True, 0.0), "flowclip_cimr": (True, 0.1)}
 TYPES = ("swap", "replace")
@@ -240,47 +240,14 @@ def summarise(record: dict) -> list[dict]:
             a, b = acc["flowclip_hnb"][("replace", cond)], acc["flowclip_cimr"][("replace", cond)]
             d = [(x - y) - REMOVED_SHARE * (x - CHANCE) for x, y in zip(a, b)]
             row[cond] = {"excess_hnb": float(np.mean(a)) - CHANCE, "excess_cimr": float(np.mean(b)) - CHANCE,
-                         "test": stats.one_sample_test(d)}
+                         "test": stats.one_sample_test(d), "moved": stats.paired_test(a, b)}
         real = stats.paired_test(acc["flowclip_hnb"][("replace", "real")], acc["flowclip_cimr"][("replace", "real")])
         row["real"] = {"hnb": float(np.mean(acc["flowclip_hnb"][("replace", "real")])), "test": real,
+                       "delta": float(np.mean(np.subtract(acc["flowclip_cimr"][("replace", "real")],
+                                                          acc["flowclip_hnb"][("replace", "real")]))),
                        "verdict": stats.verdict(real, "equal", margin=EQUIV_MARGIN)}
         out.append(row)
     return out
-
-
-def _test(test, fmt="{:+.2f}") -> str:
-    return "–" if test is None else f"{_f(test.delta, fmt)} (p = {test.p:.3g})"
-
-
-def _real(real: dict) -> str:
-    t = real["test"]
-    if t is None:
-        return f"–, {real['verdict']}"
-    return f"{_f(t.delta, '{:+.2f}')} (TOST p = {stats.tost_p(t, EQUIV_MARGIN):.3g}), {real['verdict']}"
-
-
-def section(record: dict | None, table) -> list[str]:
-    """The report's lines for the oracle (empty when it has not been run)."""
-    if not record:
-        return []
-    L = ["**Mechanism oracle (planted features; decides no row)** — the study's head recipe (Adam 1e-3, batch "
-         f"{record['batch_size']}, {record['steps']} steps, λ_CIMR = 0.1, the Flow-CLIP defaults) on frozen features "
-         "where both effects are planted (`reproduce/flowclip_oracle.py`): *swap* negatives share the positive's bag "
-         "of words, so only bound tokens tell them apart; *replace* negatives carry a rare colour, a caption-only "
-         f"cue. σ = feature noise; {len(record['seeds'])} worlds and head seeds per σ, paired. Accuracy %; excess = "
-         f"over chance ({CHANCE:g}) on the replace records; d = (a − b) − ½ (a − chance), FC1/FC2's quantity "
-         "(> 0: CIMR removed at least half); Real change with TOST at ±1 (FC3's).", ""]
-    rows = []
-    for s in summarise(record):
-        b = s["binding"]
-        rows.append([f"{s['noise']:g}", f"{_f(b['globalm'], '{:.1f}')} → {_f(b['flowclip'], '{:.1f}')}",
-                     _test(b["test"]), _f(s["blind"], "{:.1f}"), _f(s["real"]["hnb"], "{:.1f}"),
-                     *(f"{_f(s[c]['excess_hnb'], '{:+.1f}')} → {_f(s[c]['excess_cimr'], '{:+.1f}')}; d̄ "
-                       + _test(s[c]["test"]) for c in ("shuffle", "fixed")),
-                     _real(s["real"])])
-    L += table(["σ", "swap Real: Global-M → Flow-CLIP (HNB)", "binding gain", "blind (replace)", "Real, HNB",
-                "Shuffle excess: HNB → CIMR", "Fixed excess: HNB → CIMR", "Real: CIMR − HNB"], rows) + [""]
-    return L
 
 
 def load(path: str = RECORD) -> dict | None:

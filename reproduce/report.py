@@ -288,7 +288,7 @@ def render_markdown(report: dict) -> str:
     L += tables.knob_section(report, table)
     L += tables.budget_check_section(report, table)
     L += flowclip_report.section(report.get("fcstudy"), table)
-    L += flowclip_oracle.section(report.get("flowclip_oracle"), table)
+    L += flowclip_report.oracle_section(report.get("flowclip_oracle"), table)
     L += tables.quick_section(report, table, _claim_table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]

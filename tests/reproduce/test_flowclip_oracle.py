@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reproduce import flowclip_oracle as fo
-from reproduce import report, stats
+from reproduce import flowclip_report, report, stats
 from reproduce.tables import markdown_table
 
 SMALL = fo.PlantedWorld(n_train=600, n_test=400)
@@ -126,8 +126,8 @@ def test_summarise_uses_the_study_quantities():
 
 
 def test_section_and_report(tmp_path):
-    assert fo.section(None, markdown_table) == []
-    lines = fo.section(_fake_record(), markdown_table)
+    assert flowclip_report.oracle_section(None, markdown_table) == []
+    lines = flowclip_report.oracle_section(_fake_record(), markdown_table)
     text = "\n".join(lines)
     assert "Mechanism oracle" in text and "| 0.1 |" in text and "| 0.3 |" in text and "decides no row" in text
     path = tmp_path / "oracle.json"
@@ -136,3 +136,10 @@ def test_section_and_report(tmp_path):
     assert "Mechanism oracle" in md
     md = report.render_markdown(report.build_report([], command="c", oracle_path=str(tmp_path / "none.json")))
     assert "Mechanism oracle" not in md
+
+
+def test_oracle_figure(tmp_path):
+    from reproduce import flowclip_figures
+    assert flowclip_figures.oracle_figure(None, str(tmp_path / "none.png")) is None
+    path = flowclip_figures.oracle_figure(_fake_record(), str(tmp_path / "oracle.png"))
+    assert path and (tmp_path / "oracle.png").stat().st_size > 10_000
