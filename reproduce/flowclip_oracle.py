@@ -44,7 +44,9 @@ from mmjax.models import FlowCLIPHead
 from reproduce import paths, stats
 from reproduce.flowclip_study import EQUIV_MARGIN, REMOVED_SHARE
 
-HEADS = {"globalm_hnb": (False, 0.0), "flowclip_hnb": (True, 0.0), "flowclip_cimr": (True, 0.1)}
+# (local branch, λ_CIMR): the study's three heads, CIMR at the project's (the paper's) default weight
+HEADS = {"globalm_hnb": (False, 0.0), "flowclip_hnb": (True, 0.0),
+         "flowclip_cimr": (True, FlowCLIPOptions().lambda_cimr)}
 TYPES = ("swap", "replace")
 CHANCE = 50.0
 # Declared in docs/reproduction/flowclip_protocol.md (change list, 2026-12-06) before the recorded run.
@@ -56,6 +58,7 @@ RECORD = os.path.join(paths.ROOT, "docs", "reproduction", "oracles", "flowclip_p
 
 @dataclasses.dataclass(frozen=True)
 class PlantedWorld:
+    """The planted world's knobs (module docstring); `noise` is σ, the grid's axis."""
     dim: int = 32
     n_colours: int = 8
     n_shapes: int = 8
