@@ -6,8 +6,6 @@ import re
 import shlex
 import subprocess
 
-
-
 from reproduce import grid
 from reproduce.__main__ import parse_args
 
