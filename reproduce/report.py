@@ -295,9 +295,10 @@ def render_markdown(report: dict) -> str:
     return "\n".join(L)
 
 
-def write_report(records: list[dict], out: str, *, command: str) -> dict:
-    """Writes reproduction.md, reproduction.json and figures/ into `out`; returns the report dict."""
-    report = build_report(records, command=command)
+def write_report(records: list[dict], out: str, *, command: str, oracle_path: str = flowclip_oracle.RECORD) -> dict:
+    """Writes reproduction.md, reproduction.json and figures/ into `out`; returns the report dict. `oracle_path`: the
+    Flow-CLIP mechanism oracle's record (the committed one by default; a missing file leaves its table out)."""
+    report = build_report(records, command=command, oracle_path=oracle_path)
     os.makedirs(out, exist_ok=True)
     report["figures"] = figures.write_figures(report, out)
     report["heatmaps"] = figures.draw_heatmaps(report["aggregates"].get(QUICK, {}), out)

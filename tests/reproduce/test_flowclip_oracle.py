@@ -143,3 +143,12 @@ def test_oracle_figure(tmp_path):
     assert flowclip_figures.oracle_figure(None, str(tmp_path / "none.png")) is None
     path = flowclip_figures.oracle_figure(_fake_record(), str(tmp_path / "oracle.png"))
     assert path and (tmp_path / "oracle.png").stat().st_size > 10_000
+
+
+def test_the_report_draws_the_oracle_figure_only_with_a_record(tmp_path):
+    path = tmp_path / "oracle.json"
+    path.write_text(json.dumps(_fake_record()))
+    rep = report.write_report([], str(tmp_path / "with"), command="c", oracle_path=str(path))
+    assert "flowclip_oracle" in rep["figures"]
+    rep = report.write_report([], str(tmp_path / "without"), command="c", oracle_path=str(tmp_path / "none.json"))
+    assert "flowclip_oracle" not in rep["figures"]

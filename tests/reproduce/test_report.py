@@ -81,7 +81,8 @@ def quick_records():
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    rep = report.write_report(converged_records() + quick_records(), str(out), command="python -m reproduce X")
+    rep = report.write_report(converged_records() + quick_records(), str(out), command="python -m reproduce X",
+                              oracle_path=str(out / "no_oracle.json"))   # hermetic: not the committed oracle
     return out, rep, (out / "reproduction.md").read_text()
 
 
