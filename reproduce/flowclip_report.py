@@ -98,7 +98,8 @@ def oracle_section(record: dict | None, table) -> list[str]:
     if not record:
         return []
     L = ["**Mechanism oracle (planted features; decides no row)** — the study's head recipe (Adam 1e-3, batch "
-         f"{record['batch_size']}, {record['steps']} steps, λ_CIMR = 0.1, the Flow-CLIP defaults) on frozen features "
+         f"{record['batch_size']}, {record['steps']} steps, λ_CIMR = {record['heads']['flowclip_cimr']['lambda_cimr']:g}, "
+         "the Flow-CLIP defaults) on frozen features "
          "where both effects are planted (`reproduce/flowclip_oracle.py`): *swap* negatives share the positive's bag "
          "of words, so only bound tokens tell them apart; *replace* negatives carry a rare colour, a caption-only "
          f"cue. σ = feature noise; {len(record['seeds'])} worlds and head seeds per σ, paired. Accuracy %; excess = "

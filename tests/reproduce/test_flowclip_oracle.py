@@ -105,7 +105,8 @@ def _fake_record():
                          "heads": {"globalm_hnb": {"controls": ctl(50 + e[0], 60, 60, 99)},
                                    "flowclip_hnb": {"controls": ctl(90 + e[1], 64 + e[2], 66, 99 + 0.1 * e[3])},
                                    "flowclip_cimr": {"controls": ctl(90, 58 - e[2], 55, 99)}}})
-    return {"noises": [0.1, 0.3], "seeds": list(range(5)), "steps": 600, "batch_size": 64, "runs": runs}
+    return {"noises": [0.1, 0.3], "seeds": list(range(5)), "steps": 600, "batch_size": 64, "runs": runs,
+            "heads": {k: {"use_local": u, "lambda_cimr": lam} for k, (u, lam) in fo.HEADS.items()}}
 
 
 def test_summarise_uses_the_study_quantities():
@@ -129,6 +130,7 @@ def test_section_and_report(tmp_path):
     assert flowclip_report.oracle_section(None, markdown_table) == []
     lines = flowclip_report.oracle_section(_fake_record(), markdown_table)
     text = "\n".join(lines)
+    assert "λ_CIMR = 0.1," in text
     assert "Mechanism oracle" in text and "| 0.1 |" in text and "| 0.3 |" in text and "decides no row" in text
     path = tmp_path / "oracle.json"
     path.write_text(json.dumps(_fake_record()))
