@@ -20,13 +20,14 @@ hard negative of one type, half each:
 
 Heads: `FlowCLIPHead` + `flowclip_objective`, Adam 1e-3, batch 64, constant rate, the project's Flow-CLIP defaults
 (α, τ_p, κ, λ_CIMR = 0.1) — the study's head recipe on features where the answer is known. Controls follow
-`mmjax.evaluation.controls`: Real = the record's image; Shuffle = a cyclic derangement of the test images; Fixed =
-one anchor image for every record; accuracy = how often the positive scores strictly higher.
+`mmjax.evaluation.controls` (its `replacement_indices`): Real = the record's image; Shuffle = a seeded derangement of
+the test images; Fixed = one anchor image for every record but its own; accuracy = how often the positive scores strictly higher.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -39,6 +40,7 @@ import numpy as np
 import optax
 
 from mmjax.evaluation.blind import fit_blind
+from mmjax.evaluation.controls import CONDITIONS, replacement_indices
 from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
 from mmjax.models import FlowCLIPHead
 from reproduce import paths, stats
@@ -117,6 +119,9 @@ def planted_world(world: PlantedWorld, seed: int) -> dict:
             "kind": kind, "n_train": world.n_train}
 
 
+_Record = collections.namedtuple("_Record", "task identity")   # what `replacement_indices` reads of a record
+
+
 def _take(tree, idx):
     return {k: v[idx] for k, v in tree.items()}
 
@@ -157,12 +162,17 @@ def train_head(world: dict, head_key: str, seed: int, steps: int, batch_size: in
 
 
 def replacement_images(test: np.ndarray, seed: int) -> dict:
-    """{condition: image row per test record}: Real its own; Shuffle a seeded cyclic derangement (never its own);
-    Fixed one anchor (whose own record `controls` leaves out)."""
-    order = np.random.default_rng([seed, 2]).permutation(len(test))
-    shuffle = np.empty(len(test), np.int64)
-    shuffle[order] = np.roll(order, -1)
-    return {"real": test, "shuffle": test[shuffle], "fixed": np.full(len(test), test[order[0]])}
+    """{condition: image row per test record}, by the library's rule (`mmjax.evaluation.controls`, every image its own
+    identity, one task): Real its own; Shuffle a seeded derangement (never its own); Fixed one anchor (whose own
+    record `controls` leaves out)."""
+    records = [_Record(task="planted", identity=int(i)) for i in test]
+    out = {}
+    for cond in CONDITIONS:
+        idx = replacement_indices(records, cond, seed=seed)
+        if cond == "fixed":  # the library marks the anchor's own record −1; it keeps the anchor here and is left out
+            idx = np.where(idx >= 0, idx, int(idx.max()))
+        out[cond] = test[idx]
+    return out
 
 
 def controls(world: dict, head, params, seed: int = 0) -> dict:
