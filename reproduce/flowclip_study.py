@@ -159,7 +159,7 @@ def gates(cells: dict, base: str) -> dict:
     return out
 
 
-_NOT_YET = ("the base has not run", "no blind column yet")
+_NOT_YET = ("the base has not run", "its heads have not run yet (the blind column comes from their test tables)")
 
 
 def _gate_reason(g: dict, kind: str) -> str | None:
