@@ -13,6 +13,7 @@
 #     name: python3
 # ---
 
+# %%
 
 # %% [markdown]
 # # 03 · Flow-CLIP on the study's testbed: what the base carries, what the local branch adds, what CIMR does
@@ -89,7 +90,9 @@ for _dir in (Path.cwd(), *Path.cwd().parents, Path(mmjax.__file__).resolve().par
         break
 from notebooks.helpers import ROOT, show, table  # noqa: E402
 from reproduce import flowclip_study as study  # noqa: E402  (the protocol's thresholds, one definition)
+from reproduce.archive import load_all  # noqa: E402
 from reproduce.base_exports import read_archived  # noqa: E402
+from reproduce.report import by_budget  # noqa: E402
 
 set_progress(False)  # no progress bars (widgets) in the saved notebook: every library bar goes through mmjax.batching
 jax.config.update("jax_default_matmul_precision", "float32")
@@ -400,11 +403,59 @@ if prior_suites:
 else:
     display(Markdown("**Measured:** no prior-bearing suite at this size, so the CIMR comparison has no suite to be "
                      "read on."))
-print(f"notebook wall time {time.perf_counter() - T_START:.0f} s; load average {os.getloadavg()[0]:.2f}")
 
 # %% [markdown]
 # Reading the tables: where a head's Shuffle column sits below the blind column, the head already uses less of the
 # caption-only cue than a text-only model could, so there is less for CIMR to remove than the blind column suggests.
 # Whether the local branch's binding gain clears +2 points (rows FB1, FB2), and whether CIMR removes half of the
-# excess and keeps Real within ±1 point (rows FC1–FC3), are the study's questions over 5 paired seeds at 5 epochs
-# ([docs/reproduction.md](../docs/reproduction.md)); one seed at 400 steps cannot answer them.
+# excess and keeps Real within ±1 point (rows FC1–FC3), are the study's questions over 5 paired seeds at 5 epochs;
+# one seed at 400 steps cannot answer them. The next section shows what the study answered.
+#
+# ## 8. What the study found
+#
+# The study's verdicts, recomputed here from its committed records (`docs/reproduction/records/flowclip/`) by the
+# function that writes [docs/reproduction.md](../docs/reproduction.md) (`reproduce.flowclip_study.build`), not copied
+# from it: every row on every base, paired by head seed, one look at seeds 0–4. A row on a base whose gate fails is
+# *untestable* with the measured reason; a row whose heads have not all run is *missing* or *inconclusive*. Below the
+# table, the one-seed directions of sections 6 and 7 beside the study's.
+
+# %%
+fc_study = study.build(by_budget(load_all(str(ROOT / "docs" / "reproduction" / "records"))))
+
+
+def row_cells(r):
+    res = r["result"]
+    test = "–" if res.get("t") is None else (f"t = {res['t']:.2f}, ν = {res['df']:.0f}, "
+                                               f"{'TOST p' if r['id'] == 'FC3' else 'p'} = {res['p']:.2g}")
+    ci = "–" if res.get("ci") is None else f"[{res['ci'][0]:+.2f}, {res['ci'][1]:+.2f}]"
+    delta = "–" if res.get("delta") is None else f"{res['delta']:+.2f}"
+    return [r["id"], r["base"], r["statement"], delta, ci, test, f"**{res['verdict']}**", res.get("why", "–")]
+
+
+display(table(["id", "base", "statement", "Δ̄", "CI", "test", "verdict", "why"],
+              [row_cells(r) for r in fc_study["rows"]]))
+by_id = {(r["base"], r["id"]): r["result"] for r in fc_study["rows"]}
+here = BASE_LABEL.split()[-1]  # the base this notebook's heads sat on
+lines = []
+for b in study.BASES:
+    decided = [(rid, by_id[b, rid]) for rid, *_ in study.ROWS
+               if by_id[b, rid]["verdict"] not in ("missing", "untestable")]
+    if decided:
+        lines.append(f"base {b}: " + ", ".join(f"{rid} {res['verdict']} (Δ̄ {res['delta']:+.2f}, n = {res.get('n')})"
+                                                for rid, res in decided))
+    else:
+        lines.append(f"base {b}: " + ", ".join(sorted({by_id[b, rid]['verdict'] for rid, *_ in study.ROWS}))
+                     + " — no row decided")
+agree = []
+if (here, "FB2") in by_id and by_id[here, "FB2"].get("delta") is not None:
+    study_gain = by_id[here, "FB2"]["delta"]
+    agree.append(f"FB2 on base {here}: this notebook's one seed {gain:+.1f} points, the study {study_gain:+.1f} "
+                 f"({'same' if np.sign(gain) == np.sign(study_gain) else 'opposite'} sign)")
+if prior_suites and (here, "FC1") in by_id and by_id[here, "FC1"].get("moved"):
+    one = suite_mean("Flow-CLIP · HNB+CIMR", "shuffle") - suite_mean("Flow-CLIP · HNB", "shuffle")
+    moved = by_id[here, "FC1"]["moved"]["delta"]
+    agree.append(f"CIMR's change to Shuffle on base {here}: this notebook {one:+.1f} points, the study "
+                 f"{moved:+.1f} ({'same' if np.sign(one) == np.sign(moved) else 'opposite'} sign)")
+display(Markdown("**Measured (the study's records):** " + "; ".join(lines) + "."
+                 + (" **One seed against the study:** " + "; ".join(agree) + "." if agree else "")))
+print(f"notebook wall time {time.perf_counter() - T_START:.0f} s; load average {os.getloadavg()[0]:.2f}")
