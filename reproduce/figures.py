@@ -1,4 +1,4 @@
-"""Figures of the reproduction (matplotlib, Agg), one PNG each.
+"""Figures of the reproduction (matplotlib), one PNG each.
 
     claims.png             the headline MaxMatch rows: Δ with its (1 − α) interval against 0, one row per claim
     ablation_rsum.png      test RSUM of the ablation, baseline and knob cells (2-epoch grid), mean ± std
@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
+# No matplotlib.use() here: a library that switches the process-wide backend on import turns a notebook's
+# inline figures into text (IPython drops its PNG formatter on a backend switch). Headless, pyplot picks Agg;
+# every figure is saved and closed, so none is ever shown.
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-import numpy as np  # noqa: E402
-
-from mmjax.evaluation import plots  # noqa: E402
-from reproduce import curves  # noqa: E402
+from mmjax.evaluation import plots
+from reproduce import curves
 
 CONTROLS = ("real", "shuffle", "fixed")
 GROUP_COLORS = {"ablation": "tab:blue", "baselines": "tab:gray", "knobs": "tab:orange"}

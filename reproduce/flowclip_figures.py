@@ -1,4 +1,4 @@
-"""The Flow-CLIP study's figure (matplotlib, Agg): `flowclip_study.png`, one row of two panels per base with heads.
+"""The Flow-CLIP study's figure (matplotlib): `flowclip_study.png`, one row of two panels per base with heads.
 
     left   the binding rows' quantity (binding mean, Real images) of every head, one dot per seed, a seed's Global-M
            and Flow-CLIP heads joined by a line (the pairs the paired t-test compares), the mean as a bar; the
@@ -13,15 +13,15 @@ the range is named in the legend as such.
 
 from __future__ import annotations
 
-import matplotlib
+# No matplotlib.use() here: a library that switches the process-wide backend on import turns a notebook's
+# inline figures into text (IPython drops its PNG formatter on a backend switch). Headless, pyplot picks Agg;
+# every figure is saved and closed, so none is ever shown.
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from reproduce import flowclip_study as FS  # noqa: E402
-from reproduce.figures import _save, zoomed_ylim  # noqa: E402
-from reproduce.grid import FCSTUDY_2E_SUFFIX  # noqa: E402
+from reproduce import flowclip_study as FS
+from reproduce.figures import _save, zoomed_ylim
+from reproduce.grid import FCSTUDY_2E_SUFFIX
 
 GAIN_HEADS = (("globalm_hnb", "Global-M\nHNB"), ("flowclip_hnb", "Flow-CLIP\nHNB"),
               ("globalm_cimr", "Global-M\nHNB+CIMR"), ("flowclip_cimr", "Flow-CLIP\nHNB+CIMR"),

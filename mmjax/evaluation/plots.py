@@ -1,4 +1,4 @@
-"""PNG figures (matplotlib, Agg backend): element-similarity heatmap (MaxMatch Fig. 4), a 2-D picture of element
+"""PNG figures (matplotlib): element-similarity heatmap (MaxMatch Fig. 4), a 2-D picture of element
 embeddings (Fig. 3; PCA by numpy SVD, or a small exact t-SNE for a few hundred points), and training curves from a
 metrics JSONL (one JSON object per line with "step" and metric keys; lines without "step" are skipped).
 
@@ -12,15 +12,15 @@ from __future__ import annotations
 import os
 import textwrap
 
-import matplotlib
+# No matplotlib.use() here: a library that switches the process-wide backend on import turns a notebook's
+# inline figures into text (IPython drops its PNG formatter on a backend switch). Headless, pyplot picks Agg;
+# every figure is saved and closed, so none is ever shown.
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-import numpy as np  # noqa: E402
-
-from mmjax.jsonl import read_jsonl  # noqa: E402
-from mmjax.normalize import unit_normalize  # noqa: E402
+from mmjax.jsonl import read_jsonl
+from mmjax.normalize import unit_normalize
 
 
 def _save(fig, path) -> str:

@@ -185,3 +185,23 @@ def test_curve_panels_keep_explicit_keys_and_the_empty_case(tmp_path, figures):
     path = _write(tmp_path / "metrics.jsonl", [{"step": 1, "loss": 1.0}])
     plots.plot_training_curves(path, tmp_path / "none.png")
     assert [ax.get_title() for ax in figures["none.png"].axes] == ["(no metrics)"]
+
+
+def test_figure_modules_leave_the_matplotlib_backend_alone(tmp_path):
+    """Importing the library's figure modules keeps the process's backend (a notebook's inline one: switching it
+    makes IPython drop its PNG formatter, and displayed figures come out as text), and they still write PNGs."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import matplotlib\n"
+            "from mmjax.evaluation import plots\n"
+            "import reproduce.figures, reproduce.flowclip_figures\n"
+            "import numpy as np\n"
+            f"out = plots.plot_similarity_heatmap(np.eye(3, dtype=np.float32), {str(tmp_path / 'h.png')!r})\n"
+            "print(matplotlib.get_backend(), open(out, 'rb').read(8) == b'\\x89PNG\\r\\n\\x1a\\n')\n")
+    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["svg", "True"]
