@@ -48,9 +48,10 @@
 # budget, so it shows the mechanics and the direction, not a verdict. Every sentence below that states a result is
 # printed from the numbers above it.
 #
-# *Wall time at full size: 9.1 min (544 s, executed with nbclient on 2026-12-05; 2 CPU cores, x86_64, jax CPU
-# backend), with the 1-minute load average at 4.6 → 6.4: two study runs shared the cores. Of it: 6.2 min for the
-# three heads, 82 s for the suites. The test size (`MMJAX_NOTEBOOK_SMOKE=1`) takes under a minute.*
+# *Wall time at full size: 7.7 min (463 s, executed with nbclient on 2026-12-06; 2 CPU cores, x86_64, jax CPU
+# backend), with the 1-minute load average at 4.1 → 6.5: two study runs shared the cores. Of it: 5.4 min for the
+# three heads, 82 s for the suites; §8 reads the committed records in under a second. The test size
+# (`MMJAX_NOTEBOOK_SMOKE=1`) takes under a minute.*
 
 # %%
 import functools
