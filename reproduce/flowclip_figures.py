@@ -43,7 +43,7 @@ def _ref_line(ax, y, lim, label, **kw):
     ax.axhline(y, label=f"{label} {y:.1f} %{where}", **kw)
 
 
-def _gain_panel(ax, cells, base):
+def _gain_panel(ax, cells, base, gate):
     heads = [(h, label, _per_seed(cells, base, h, lambda m: m.get("binding_real"))) for h, label in GAIN_HEADS]
     heads = [x for x in heads if x[2]]
     pos = {h: i for i, (h, _, _) in enumerate(heads)}
@@ -68,8 +68,10 @@ def _gain_panel(ax, cells, base):
     ax.set_ylabel("binding mean (%), Real images, test split", fontsize=8)
     n = sorted({len(v) for _, _, v in heads})
     seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}–{n[-1]}"
-    ax.set_title(f"base {base}: binding gain rows (FB1, FB2); dots = seeds ({seeds} per head), bar = mean, "
-                 "lines join a seed's pair", fontsize=8)
+    # A base whose local tokens fail gate 1 still shows its heads, but its binding rows are untestable: say so.
+    rows = "binding gain rows (FB1, FB2)" if gate.get("binding") else "binding mean (FB1, FB2 untestable: gate 1 fails)"
+    ax.set_title(f"base {base}: {rows}; dots = seeds ({seeds} per head), bar = mean, lines join a seed's pair",
+                 fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
 
 
@@ -117,7 +119,7 @@ def study_figure(study: dict | None, cells: dict, path: str) -> str | None:
     fig, axes = plt.subplots(len(bases), 2, figsize=(13, 4.2 * len(bases)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.3, 1]})
     for row, base in zip(axes, bases):
-        _gain_panel(row[0], cells, base)
+        _gain_panel(row[0], cells, base, study["gates"][base])
         _controls_panel(row[1], cells, base, study["gates"][base])
         for ax in row:
             ax.grid(axis="y", lw=0.5, alpha=0.4)

@@ -289,8 +289,22 @@ def test_the_study_figure_draws_every_seed_and_names_its_reference_lines(monkeyp
     # the zoom keeps every dot visible
     lo, hi = gain.get_ylim()
     assert lo <= 70.0 - 0.4 and hi >= 81.0 + 0.3
+    assert "binding gain rows (FB1, FB2)" in gain.get_title()
     assert flowclip_figures.study_figure(None, {}, str(tmp_path / "g.png")) is None
     assert "flowclip_study.png" in figures.__doc__
+
+
+def test_the_study_figure_marks_a_base_whose_binding_rows_are_untestable(monkeypatch, tmp_path):
+    from reproduce import flowclip_figures
+    kept = {}
+    monkeypatch.setattr(flowclip_figures, "_save", lambda fig, path: kept.setdefault("fig", fig) and path)
+    recs = _study(base_kw={"colour": (35.0, 20.0)})              # gate 1 fails on every base
+    recs["flowclip"] = [r for r in recs["flowclip"] if not r["name"].startswith(("fcs_P_", "fcs_R_"))]
+    study = FS.build(recs)
+    assert not study["gates"]["G"]["binding"]
+    flowclip_figures.study_figure(study, report.seed_metrics(recs["flowclip"]), str(tmp_path / "f.png"))
+    title = kept["fig"].axes[0].get_title()
+    assert "untestable" in title and "gain rows" not in title
 
 
 def test_a_row_is_decided_once_on_the_declared_five_pairs():
