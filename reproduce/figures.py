@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import os
 
-# No matplotlib.use() here: a library that switches the process-wide backend on import turns a notebook's
-# inline figures into text (IPython drops its PNG formatter on a backend switch). Headless, pyplot picks Agg;
-# every figure is saved and closed, so none is ever shown.
-import matplotlib.pyplot as plt
+import matplotlib
 from matplotlib.ticker import MaxNLocator
 import numpy as np
 
@@ -42,7 +39,6 @@ def _stat(cell: dict, which: str, metric: str) -> tuple[float, float]:
 def _save(fig, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -110,7 +106,7 @@ def ablation_rsum(aggregate: dict, path: str, which: str = "best") -> str | None
         return None
     stats = [_stat(c, which, "rsum") for c in cells]
     colors = [GROUP_COLORS[c["group"]] for c in cells]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cells), 4.0))
+    fig, ax = plots.new_figure(figsize=(1.0 + 0.8 * len(cells), 4.0))
     lim = _bars(ax, [c["label"] for c in cells], [m for m, _ in stats], [s for _, s in stats], colors)
     ax.set_ylabel("test RSUM (paper inference score)" + _cut_note(lim), fontsize=9)
     groups = [g for g in GROUP_COLORS if any(c["group"] == g for c in cells)]
@@ -128,7 +124,7 @@ def flowclip_binding(aggregate: dict, path: str, which: str = "best") -> str | N
         return None
     stats = [_stat(c, which, "binding_real") for c in cells]
     chance = _stat(cells[0], which, "binding_chance")[0]
-    fig, ax = plt.subplots(figsize=(1.5 + 0.9 * len(cells), 4.0))
+    fig, ax = plots.new_figure(figsize=(1.5 + 0.9 * len(cells), 4.0))
     lim = _bars(ax, [c["label"] for c in cells], [m for m, _ in stats], [s for _, s in stats], refs=(chance,))
     if np.isfinite(chance):
         shown = lim is None or lim[0] <= chance <= lim[1]
@@ -151,7 +147,7 @@ def flowclip_controls(aggregate: dict, path: str, which: str = "best") -> str | 
     x = np.arange(len(cells))
     width = 0.8 / len(CONTROLS)
     chance = _stat(cells[0], which, "aro_chance")[0]
-    fig, ax = plt.subplots(figsize=(1.5 + 1.3 * len(cells), 4.2))
+    fig, ax = plots.new_figure(figsize=(1.5 + 1.3 * len(cells), 4.2))
     all_m, all_s = [], []
     for j, cond in enumerate(CONTROLS):
         stats = [_stat(c, which, f"aro_{cond}") for c in cells]
@@ -208,11 +204,11 @@ def training_curves(aggregate: dict, path: str) -> str | None:
     families = [f for f in families if f[1]]
     if not families:
         return None
-    fig, axes = plt.subplots(len(families), 2, figsize=(12, 3.8 * len(families)), squeeze=False, sharex="row")
+    fig, axes = plots.new_figure(len(families), 2, figsize=(12, 3.8 * len(families)), squeeze=False, sharex="row")
     for (title, cells, key), (ax_loss, ax_val) in zip(families, axes):
         semantic = any(curves.val_key(cur) == curves.SEMANTIC_VAL for c in cells for cur in c["curves"] if cur)
         vkey = curves.SEMANTIC_VAL if semantic else "val/rsum"
-        colors = plt.cm.tab20(np.linspace(0, 1, max(len(cells), 2)))
+        colors = matplotlib.colormaps["tab20"](np.linspace(0, 1, max(len(cells), 2)))
         for color, c in zip(colors, cells):
             drawn = [cur for cur in c["curves"] if cur]  # seeds whose records carry curves
             for i, cur in enumerate(drawn):
@@ -264,7 +260,7 @@ def claims_forest(rows: list[dict], path: str) -> str | None:
     rows = [r for r in rows if r["result"].get("delta") is not None]
     if not rows:
         return None
-    fig, axes = plt.subplots(1, len(rows), figsize=(1.6 * len(rows) + 1, 4.4), squeeze=False)
+    fig, axes = plots.new_figure(1, len(rows), figsize=(1.6 * len(rows) + 1, 4.4), squeeze=False)
     margins = sources = False
     for ax, r in zip(axes[0], rows):
         res, c = r["result"], r["claim"]

@@ -13,12 +13,9 @@ the range is named in the legend as such.
 
 from __future__ import annotations
 
-# No matplotlib.use() here: a library that switches the process-wide backend on import turns a notebook's
-# inline figures into text (IPython drops its PNG formatter on a backend switch). Headless, pyplot picks Agg;
-# every figure is saved and closed, so none is ever shown.
-import matplotlib.pyplot as plt
 import numpy as np
 
+from mmjax.evaluation import plots
 from reproduce import flowclip_study as FS
 from reproduce.figures import _save, zoomed_ylim
 from reproduce.grid import FCSTUDY_2E_SUFFIX
@@ -116,7 +113,7 @@ def study_figure(study: dict | None, cells: dict, path: str) -> str | None:
     bases = [b for b in FS.BASES if any(cells.get(FS.head_cell(b, h)) for h in FS.HEADS)]
     if not bases:
         return None
-    fig, axes = plt.subplots(len(bases), 2, figsize=(13, 4.2 * len(bases)), squeeze=False,
+    fig, axes = plots.new_figure(len(bases), 2, figsize=(13, 4.2 * len(bases)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.3, 1]})
     for row, base in zip(axes, bases):
         _gain_panel(row[0], cells, base, study["gates"][base])
@@ -148,7 +145,7 @@ def oracle_figure(record: dict | None, path: str) -> str | None:
     from reproduce.flowclip_oracle import CHANCE
     x = np.asarray(record["noises"], np.float64)
     jitter = 0.004
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13.5, 4.2))
+    fig, (left, right) = plots.new_figure(1, 2, figsize=(13.5, 4.2))
     for head, label, color, dx in (("globalm_hnb", "Global-M · HNB", "tab:gray", -jitter),
                                    ("flowclip_hnb", "Flow-CLIP · HNB", "tab:green", jitter)):
         ys = _oracle_series(record, head, "swap", "real")

@@ -12,10 +12,8 @@ from __future__ import annotations
 import os
 import textwrap
 
-# No matplotlib.use() here: a library that switches the process-wide backend on import turns a notebook's
-# inline figures into text (IPython drops its PNG formatter on a backend switch). Headless, pyplot picks Agg;
-# every figure is saved and closed, so none is ever shown.
-import matplotlib.pyplot as plt
+import matplotlib
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 import numpy as np
 
@@ -23,10 +21,17 @@ from mmjax.jsonl import read_jsonl
 from mmjax.normalize import unit_normalize
 
 
+def new_figure(nrows: int = 1, ncols: int = 1, *, figsize, **subplots_kw):
+    """(figure, axes) outside pyplot: no backend is chosen or switched and no figure is registered, so saving a PNG
+    behaves the same in a script, on a node with a display, and in a notebook (where pyplot would also show it, and a
+    library's `matplotlib.use` would turn the notebook's inline figures into text). `savefig` renders with Agg."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **subplots_kw)
+
+
 def _save(fig, path) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return str(path)
 
 
@@ -71,7 +76,7 @@ def plot_similarity_heatmap(matrix, path, *, title: str = "mean element similari
     that are compared one colour scale (None: this matrix's range)."""
     m = np.asarray(matrix, np.float32)
     width = 1.6 + 0.8 * m.shape[1]
-    fig, ax = plt.subplots(figsize=(width, 1.0 + 0.8 * m.shape[0]))
+    fig, ax = new_figure(figsize=(width, 1.0 + 0.8 * m.shape[0]))
     im = draw_similarity_heatmap(ax, m, title=_wrap(title, int(12 * width)), vmin=vmin, vmax=vmax)
     cbar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     cbar.set_label(cbar_label, fontsize=8)
@@ -91,7 +96,7 @@ def plot_similarity_heatmaps(matrices: dict, path, *, vmin=None, vmax=None, cols
     cols = min(cols, len(mats))
     rows = -(-len(mats) // cols)
     k = max(max(m.shape) for m in mats.values())
-    fig, axes = plt.subplots(rows, cols, figsize=(0.4 + (0.6 * k + 0.8) * cols, (0.6 * k + 1.1) * rows),
+    fig, axes = new_figure(rows, cols, figsize=(0.4 + (0.6 * k + 0.8) * cols, (0.6 * k + 1.1) * rows),
                              squeeze=False)
     im = None
     for ax, (t, m) in zip(axes.flat, mats.items()):
@@ -175,7 +180,7 @@ def pca_2d_like(x: np.ndarray, dims: int) -> np.ndarray:
 
 
 def _element_colors(k: int) -> list:
-    cmap = plt.get_cmap("tab10" if k <= 10 else "tab20")
+    cmap = matplotlib.colormaps["tab10" if k <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(k)]
 
 
@@ -206,7 +211,7 @@ def plot_element_embeddings(image_sets, caption_sets, path, *, method: str = "pc
     y_txt = y[n_img:].reshape(txt.shape[0], txt.shape[1], 2)
     k_max = max(img.shape[1], txt.shape[1])
     colors = _element_colors(k_max)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = new_figure(figsize=(7.5, 5))
     for k in range(img.shape[1]):
         ax.scatter(y_img[:, k, 0], y_img[:, k, 1], color=colors[k], marker="o", s=18, alpha=0.55, linewidths=0)
     for k in range(txt.shape[1]):
@@ -385,7 +390,7 @@ def plot_training_curves(jsonl_path, path, *, keys=None) -> str:
     scores = sorted({_parse_val(s[0])[1] for panel, series in drawn if panel["val"] for s in series})
     cols = min(3, len(panels))
     nrows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.3 * nrows), squeeze=False)
+    fig, axes = new_figure(nrows, cols, figsize=(4.6 * cols, 3.3 * nrows), squeeze=False)
     val_key = {}
     for ax, (panel, series) in zip(axes.flat, drawn):
         for i, (key, label, steps, values) in enumerate(series):

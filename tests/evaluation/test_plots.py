@@ -6,6 +6,7 @@ duplicate panels or series), validation values as points and the warm-up → har
 import json
 
 import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -18,7 +19,9 @@ def figures(monkeypatch):
     kept, save = {}, plots._save
 
     def keep(fig, path):
-        kept[str(path).rsplit("/", 1)[-1]] = fig   # closed by the save, still readable
+        # built outside pyplot (plots.new_figure): no figure registered, so none is shown in a notebook
+        assert not plt.get_fignums(), f"{path}: the figure was built through pyplot"
+        kept[str(path).rsplit("/", 1)[-1]] = fig
         return save(fig, path)
     monkeypatch.setattr(plots, "_save", keep)
     return kept
@@ -189,7 +192,8 @@ def test_curve_panels_keep_explicit_keys_and_the_empty_case(tmp_path, figures):
 
 def test_figure_modules_leave_the_matplotlib_backend_alone(tmp_path):
     """Importing the library's figure modules keeps the process's backend (a notebook's inline one: switching it
-    makes IPython drop its PNG formatter, and displayed figures come out as text), and they still write PNGs."""
+    makes IPython drop its PNG formatter, and displayed figures come out as text); they still write PNGs, and they
+    build their figures outside pyplot, so none is registered (or shown)."""
     import os
     import subprocess
     import sys
@@ -199,9 +203,11 @@ def test_figure_modules_leave_the_matplotlib_backend_alone(tmp_path):
             "import reproduce.figures, reproduce.flowclip_figures\n"
             "import numpy as np\n"
             f"out = plots.plot_similarity_heatmap(np.eye(3, dtype=np.float32), {str(tmp_path / 'h.png')!r})\n"
-            "print(matplotlib.get_backend(), open(out, 'rb').read(8) == b'\\x89PNG\\r\\n\\x1a\\n')\n")
+            "import matplotlib.pyplot as plt\n"
+            "print(matplotlib.get_backend(), open(out, 'rb').read(8) == b'\\x89PNG\\r\\n\\x1a\\n', "
+            "len(plt.get_fignums()))\n")
     env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["svg", "True"]
+    assert out.stdout.split() == ["svg", "True", "0"]   # the backend kept, a PNG written, no pyplot figure open
