@@ -91,9 +91,11 @@ for _dir in (Path.cwd(), *Path.cwd().parents, Path(mmjax.__file__).resolve().par
         break
 from notebooks.helpers import ROOT, show, table  # noqa: E402
 from reproduce import flowclip_study as study  # noqa: E402  (the protocol's thresholds, one definition)
+from reproduce import flowclip_report  # noqa: E402  (the report's rows table, one definition)
 from reproduce.archive import load_all  # noqa: E402
 from reproduce.base_exports import read_archived  # noqa: E402
 from reproduce.report import by_budget  # noqa: E402
+from reproduce.tables import markdown_table  # noqa: E402
 
 set_progress(False)  # no progress bars (widgets) in the saved notebook: every library bar goes through mmjax.batching
 jax.config.update("jax_default_matmul_precision", "float32")
@@ -422,19 +424,7 @@ else:
 
 # %%
 fc_study = study.build(by_budget(load_all(str(ROOT / "docs" / "reproduction" / "records"))))
-
-
-def row_cells(r):
-    res = r["result"]
-    test = "–" if res.get("t") is None else (f"t = {res['t']:.2f}, ν = {res['df']:.0f}, "
-                                               f"{'TOST p' if r['id'] == 'FC3' else 'p'} = {res['p']:.2g}")
-    ci = "–" if res.get("ci") is None else f"[{res['ci'][0]:+.2f}, {res['ci'][1]:+.2f}]"
-    delta = "–" if res.get("delta") is None else f"{res['delta']:+.2f}"
-    return [r["id"], r["base"], r["statement"], delta, ci, test, f"**{res['verdict']}**", res.get("why", "–")]
-
-
-display(table(["id", "base", "statement", "Δ̄", "CI", "test", "verdict", "why"],
-              [row_cells(r) for r in fc_study["rows"]]))
+display(Markdown("\n".join(flowclip_report.rows_table(fc_study["rows"], markdown_table))))
 by_id = {(r["base"], r["id"]): r["result"] for r in fc_study["rows"]}
 here = BASE_LABEL.split()[-1]  # the base this notebook's heads sat on
 lines = []

@@ -21,7 +21,8 @@ hard negative of one type, half each:
 Heads: `FlowCLIPHead` + `flowclip_objective`, Adam 1e-3, batch 64, constant rate, the project's Flow-CLIP defaults
 (α, τ_p, κ, λ_CIMR = 0.1) — the study's head recipe on features where the answer is known. Controls follow
 `mmjax.evaluation.controls` (its `replacement_indices`): Real = the record's image; Shuffle = a seeded derangement of
-the test images; Fixed = one anchor image for every record but its own; accuracy = how often the positive scores strictly higher.
+the test images; Fixed = one anchor image for every record but its own; accuracy = how often the positive scores
+strictly higher.
 """
 
 from __future__ import annotations

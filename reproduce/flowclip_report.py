@@ -58,16 +58,7 @@ def section(study: dict | None, table) -> list[str]:
                      f"{v['still_rising']} of {v['seeds']}", _f(v["late_rise"], "{:+.2f}"),
                      _f(v["late_rise_max"], "{:+.2f}")] for name, v in hb.items()]) + [""]
     L += ["**Rows** (paired by head seed on one base; one look at α = 0.05; FC3's interval at 90 %)", ""]
-    body = []
-    for r in study["rows"]:
-        res = r["result"]
-        test = ("–" if res.get("t") is None else
-                f"t = {res['t']:.2f}, ν = {res['df']:.0f}, {'TOST p' if r['id'] == 'FC3' else 'p'} = {res['p']:.3g} "
-                f"(n = {res['n']})")
-        ci = "–" if res.get("ci") is None else f"[{res['ci'][0]:+.2f}, {res['ci'][1]:+.2f}]"
-        body.append([r["id"], r["base"], r["statement"], f"{r['heads'][0]} → {r['heads'][1]}", r["quantity"],
-                     _f(res.get("delta"), "{:+.2f}"), ci, test, f"**{res['verdict']}**", res.get("why", "–")])
-    L += table(["id", "base", "statement", "heads", "quantity", "Δ̄", "CI", "test", "verdict", "why"], body) + [""]
+    L += rows_table(study["rows"], table) + [""]
     for b, by_head in study["controls"].items():
         suites = study["gates"][b]["prior_suites"]
         if not suites:
@@ -80,6 +71,20 @@ def section(study: dict | None, table) -> list[str]:
                      _f(study["gates"][b]["blind"][s][0]), _f(study["gates"][b]["blind"][s][1], "{:.0f}")]
                     for s in suites for h, by_suite in by_head.items() for v in [by_suite[s]]]) + [""]
     return L
+
+
+def rows_table(rows: list[dict], table) -> list[str]:
+    """The rows of `flowclip_study.build` as a table (the report's, and notebook 03's)."""
+    body = []
+    for r in rows:
+        res = r["result"]
+        test = ("–" if res.get("t") is None else
+                f"t = {res['t']:.2f}, ν = {res['df']:.0f}, {'TOST p' if r['id'] == 'FC3' else 'p'} = {res['p']:.3g} "
+                f"(n = {res['n']})")
+        ci = "–" if res.get("ci") is None else f"[{res['ci'][0]:+.2f}, {res['ci'][1]:+.2f}]"
+        body.append([r["id"], r["base"], r["statement"], f"{r['heads'][0]} → {r['heads'][1]}", r["quantity"],
+                     _f(res.get("delta"), "{:+.2f}"), ci, test, f"**{res['verdict']}**", res.get("why", "–")])
+    return table(["id", "base", "statement", "heads", "quantity", "Δ̄", "CI", "test", "verdict", "why"], body)
 
 
 def _test(test, fmt="{:+.2f}") -> str:
@@ -98,8 +103,8 @@ def oracle_section(record: dict | None, table) -> list[str]:
     if not record:
         return []
     L = ["**Mechanism oracle (planted features; decides no row)** — the study's head recipe (Adam 1e-3, batch "
-         f"{record['batch_size']}, {record['steps']} steps, λ_CIMR = {record['heads']['flowclip_cimr']['lambda_cimr']:g}, "
-         "the Flow-CLIP defaults) on frozen features "
+         f"{record['batch_size']}, {record['steps']} steps, "
+         f"λ_CIMR = {record['heads']['flowclip_cimr']['lambda_cimr']:g}, the Flow-CLIP defaults) on frozen features "
          "where both effects are planted (`reproduce/flowclip_oracle.py`): *swap* negatives share the positive's bag "
          "of words, so only bound tokens tell them apart; *replace* negatives carry a rare colour, a caption-only "
          f"cue. σ = feature noise; {len(record['seeds'])} worlds and head seeds per σ, paired. Accuracy %; excess = "
