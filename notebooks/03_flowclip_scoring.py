@@ -76,9 +76,9 @@ from mmjax.evaluation.blind import BlindScorer, fit_blind, shapesworld_training_
 from mmjax.evaluation.evaluators import local_probes as probes_evaluator
 from mmjax.evaluation.local_probes import shapesworld_local_probes
 from mmjax.evaluation.scorers import pair_diagonal, shapesworld_suites_context
-from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
+from mmjax.flowclip import FlowCLIPOptions
 from mmjax.models.factory import count_params
-from mmjax.models.flowclip_head import FlowCLIPHead
+from mmjax.models.flowclip_head import FlowCLIPHead, head_objective
 from mmjax.models.frozen_clip import FrozenShapesWorldCLIP
 from mmjax.train.defaults import FLOWCLIP_HEADS
 
@@ -216,9 +216,10 @@ display(Markdown(
 #
 # Training records are (image, caption, its typed hard negative, image id), five per training image. Every head
 # starts at the paper's init (M = M_tok = I, W = 0: the score is the base's cosine at step 0) and trains with Adam
-# 1e-3 on `flowclip_objective` — HNB, plus λ_CIMR · CIMR for the third — with the project's Flow-CLIP defaults
-# (`FlowCLIPOptions()`), as the study's heads do. Same data order and initialisation for all three: Global-M and
-# Flow-CLIP · HNB differ only in the local branch, the two Flow-CLIP heads only in λ_CIMR.
+# 1e-3 on `head_objective` (`flowclip_objective` on the head's own scores) — HNB, plus λ_CIMR · CIMR for the
+# third — with the project's Flow-CLIP defaults (`FlowCLIPOptions()`), as the study's heads do. Same data order and
+# initialisation for all three: Global-M and Flow-CLIP · HNB differ only in the local branch, the two Flow-CLIP heads
+# only in λ_CIMR.
 
 # %%
 texts = [c for caps in train_clip.data["captions"] for c in caps]
@@ -246,12 +247,7 @@ def train_head(key):
 
     @jax.jit
     def step(params, opt_state, batch, rng):
-        def loss_fn(p):
-            scale = head.apply({"params": p}, method="logit_scale")
-            return flowclip_objective(lambda image, txt: head.apply({"params": p}, image, txt, return_local=True),
-                                      scale, batch, rng, opts)
-
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        (_, metrics), grads = jax.value_and_grad(head_objective, argnums=1, has_aux=True)(head, params, batch, rng)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 

@@ -18,7 +18,7 @@ hard negative of one type, half each:
               ones): a caption-only cue (rare colour ⇒ negative) that a text-only model learns and that any image
               of common colours rewards under Shuffle/Fixed (the language prior CIMR's claim is about)
 
-Heads: `FlowCLIPHead` + `flowclip_objective`, Adam 1e-3, batch 64, constant rate, the project's Flow-CLIP defaults
+Heads: `FlowCLIPHead` + `head_objective`, Adam 1e-3, batch 64, constant rate, the project's Flow-CLIP defaults
 (α, τ_p, κ, λ_CIMR = 0.1) — the study's head recipe on features where the answer is known. Controls follow
 `mmjax.evaluation.controls` (its `replacement_indices`): Real = the record's image; Shuffle = a seeded derangement of
 the test images; Fixed = one anchor image for every record but its own; accuracy = how often the positive scores
@@ -42,8 +42,8 @@ import optax
 
 from mmjax.evaluation.blind import fit_blind
 from mmjax.evaluation.controls import CONDITIONS, replacement_indices
-from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
-from mmjax.models import FlowCLIPHead
+from mmjax.flowclip import FlowCLIPOptions
+from mmjax.models.flowclip_head import FlowCLIPHead, head_objective
 from reproduce import paths, stats
 from reproduce.flowclip_study import EQUIV_MARGIN, REMOVED_SHARE
 
@@ -139,12 +139,7 @@ def train_head(world: dict, head_key: str, seed: int, steps: int, batch_size: in
 
     @jax.jit
     def step(params, opt_state, batch, rng):
-        def loss_fn(p):
-            scale = head.apply({"params": p}, method="logit_scale")
-            return flowclip_objective(lambda image, txt: head.apply({"params": p}, image, txt, return_local=True),
-                                      scale, batch, rng, opts)
-
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        (_, metrics), grads = jax.value_and_grad(head_objective, argnums=1, has_aux=True)(head, params, batch, rng)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 

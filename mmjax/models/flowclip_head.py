@@ -6,9 +6,9 @@
 
 The module only holds parameters; its options are one `mmjax.flowclip.FlowCLIPOptions` (`config.flowclip`). It
 takes cached or freshly encoded features (`{"global", "patches"}` and `{"global", "tokens", "valid"}`, raw) and
-returns the [Bi, Bt] score matrix — in training (`flowclip_objective` gets `apply(..., return_local=True)`) and in
-every evaluation alike. The logit scale is clipped in the forward pass (no in-place clamp in a pure update), so above
-the cap its gradient is zero. `use_local=False` is Global-M (LABCLIP's head, M only); M_tok and W then exist but
+returns the [Bi, Bt] score matrix — in training (`head_objective`: `flowclip_objective` on `apply(...,
+return_local=True)` and the clipped logit scale) and in every evaluation alike. The logit scale is clipped in the
+forward pass (no in-place clamp in a pure update), so above the cap its gradient is zero. `use_local=False` is Global-M (LABCLIP's head, M only); M_tok and W then exist but
 receive no gradient.
 """
 
@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mmjax.flowclip import init_params, score_pairs
+from mmjax.flowclip import flowclip_objective, init_params, score_pairs
 from mmjax.flowclip.options import DEFAULTS, FlowCLIPOptions
 
 
@@ -45,3 +45,15 @@ class FlowCLIPHead(nn.Module):
         """Scores [Bi, Bt]; with `return_local`, (scores, s_L) and s_L None for Global-M."""
         return score_pairs({"M": self.M, "M_tok": self.M_tok, "W": self.W}, image, text,
                            return_local=return_local, **self.options.score_kwargs())
+
+
+def head_objective(head: FlowCLIPHead, params, batch, rng=None):
+    """L_HNB + λ_CIMR · L_CIMR on the head's own scores and clipped logit scale: (loss, metrics).
+
+    `mmjax.flowclip.flowclip_objective` with the head's `apply(..., return_local=True)` as score function and its
+    options; the one loss of every head trainer (`mmjax.tasks.flowclip_head`, notebook 03, the mechanism oracle).
+    """
+    variables = {"params": params}
+    scale = head.apply(variables, method="logit_scale")
+    return flowclip_objective(lambda image, texts: head.apply(variables, image, texts, return_local=True), scale,
+                              batch, rng, head.options)

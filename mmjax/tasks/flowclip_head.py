@@ -6,9 +6,10 @@ on first use from the exported run of `configs/clip_shapes.py` (`data.clip_workd
 NegCLIP TSV by `scripts/cache_clip_features.py`. Batches: `mmjax.data.cached_records.CachedRecordIterator`. Model:
 `mmjax.models.flowclip_head.FlowCLIPHead` (parameters M, M_tok, W and the clipped logit scale; options
 `mmjax.flowclip.FlowCLIPOptions` from `config.flowclip`), used through `apply` in training and evaluation alike.
-Loss: `mmjax.flowclip.flowclip_objective` on the head's scores (HNB + λ_CIMR·CIMR; `flowclip.use_local=False` is
-Global-M, LABCLIP's head). Evaluation context: the head's score matrix over a split's cache, and on ShapesWorld the
-compositional suites scored by the head over freshly encoded frozen-CLIP features.
+Loss: `mmjax.models.flowclip_head.head_objective` (`mmjax.flowclip.flowclip_objective` on the head's scores: HNB +
+λ_CIMR·CIMR; `flowclip.use_local=False` is Global-M, LABCLIP's head). Evaluation context: the head's score matrix
+over a split's cache, and on ShapesWorld the compositional suites scored by the head over freshly encoded frozen-CLIP
+features.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from mmjax.data.shapesworld.suites import retrieval_positives
 from mmjax.evaluation.blind import subsample
 from mmjax.evaluation.scorers import pair_diagonal, shapesworld_suites_context
 from mmjax.evaluation.tiled import tiled_scores
-from mmjax.flowclip import FlowCLIPOptions, flowclip_objective
+from mmjax.flowclip import FlowCLIPOptions
 from mmjax.models.feature_cache import FeatureCache
-from mmjax.models.flowclip_head import FlowCLIPHead
+from mmjax.models.flowclip_head import FlowCLIPHead, head_objective
 from mmjax.models.frozen_clip import FrozenShapesWorldCLIP, write_shapesworld_cache
 from mmjax.train.export import full_config
 from mmjax.train.task import select_keys, single_phase
@@ -106,15 +107,11 @@ class FlowCLIPHeadTask:
 
     def loss(self, params, extra, batch, rng, phase):
         del phase  # one phase: the heads have no warm-up
-        variables = {"params": params}
-        scale = self.head.apply(variables, method="logit_scale")
         objective_batch = {"image": {"global": batch["img_global"], "patches": batch["img_patches"]},
                            "pos_text": self._texts(batch, "pos", "pos_valid"),
                            "neg_text": self._texts(batch, "neg", "neg_token_valid"),
                            "image_ids": batch["image_ids"], "neg_valid": batch["neg_valid"]}
-        loss, metrics = flowclip_objective(
-            lambda image, texts: self.head.apply(variables, image, texts, return_local=True), scale,
-            objective_batch, rng, self.options)
+        loss, metrics = head_objective(self.head, params, objective_batch, rng)
         metrics = {("loss/total" if k == "loss" else f"loss/{k}" if k in ("hnb", "cimr") else k): v
                    for k, v in metrics.items()}
         return loss, (metrics, extra)

@@ -106,3 +106,35 @@ def test_return_local_splits_f1_and_options_have_one_default():
     assert FlowCLIPHead(dim=D).options == FlowCLIPOptions()
     with pytest.raises(TypeError, match="unknown flowclip option"):
         FlowCLIPOptions.from_mapping({"alpha": 1.0, "tau": 0.1})
+
+
+@pytest.mark.parametrize("use_local,lambda_cimr", [(True, 0.1), (True, 0.0), (False, 0.1)])
+def test_head_objective_is_the_objective_on_the_heads_scores_and_clipped_scale(use_local, lambda_cimr):
+    """`head_objective` = `flowclip_objective` on the pure scorer `score_pairs` with the head's options and the
+    logit scale exp(min(θ, log max)) computed here; θ above the cap, trained M/M_tok/W, λ_CIMR from the head."""
+    from mmjax.flowclip import flowclip_objective, score_pairs
+    from mmjax.models.flowclip_head import head_objective
+
+    image, pos = _features(6, bi=4, bt=4)
+    _, neg = _features(7, bi=4, bt=4)
+    batch = {"image": image, "pos_text": pos, "neg_text": neg, "image_ids": np.array([0, 1, 1, 2]),
+             "neg_valid": np.array([True, True, False, True])}
+    options = FlowCLIPOptions(use_local=use_local, lambda_cimr=lambda_cimr, alpha=0.8)
+    head = FlowCLIPHead(dim=D, options=options)
+    rng = np.random.default_rng(8)
+    params = {k: jnp.asarray(np.eye(D) * (k != "W") + 0.3 * rng.normal(size=(D, D)), jnp.float32)
+              for k in ("M", "M_tok", "W")}
+    params["log_logit_scale"] = jnp.float32(math.log(500.0))  # above the cap of 100
+    key = jax.random.PRNGKey(9)
+
+    loss, metrics = jax.jit(head_objective, static_argnums=0)(head, params, batch, key)
+    scorer = {k: params[k] for k in ("M", "M_tok", "W")}
+    ref_loss, ref_metrics = flowclip_objective(
+        lambda i, t: score_pairs(scorer, i, t, return_local=True, **options.score_kwargs()),
+        np.float32(min(500.0, options.logit_scale_max)), batch, key, options)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    assert set(metrics) == set(ref_metrics)
+    assert ("cimr" in metrics) == (lambda_cimr != 0) and ("mean_abs_s_local" in metrics) == use_local
+    np.testing.assert_allclose(metrics["logit_scale"], 100.0, rtol=1e-6)
+    for k in ref_metrics:
+        np.testing.assert_allclose(metrics[k], ref_metrics[k], rtol=1e-5, atol=1e-7, err_msg=k)
