@@ -22,6 +22,7 @@ from reproduce.curves import SELECT_BINDING_VAL
 from reproduce.grid import FCSTUDY_2E_SUFFIX, FCSTUDY_BASES
 
 BASES = tuple(b for b, _, _ in FCSTUDY_BASES)
+BUDGET = "flowclip"  # the study heads' budget (the pilot's is "flowclip_pilot")
 HEADS = ("globalm_hnb", "globalm_cimr", "flowclip_hnb", "flowclip_cimr")
 PILOT_BASE = "R"
 # The heads the pilot and the study train (protocol change list, 2026-12-02: gate 1 fails on both bases, so the
@@ -281,11 +282,11 @@ def controls(cells: dict, base: str, suites) -> dict:
 def build(budgets: dict) -> dict | None:
     """The study's results from the records by budget ({budget: [records]}); None when it has no records."""
     from reproduce.report import seed_metrics
-    if not budgets.get("flowclip") and not budgets.get("flowclip_pilot"):
+    if not budgets.get(BUDGET) and not budgets.get("flowclip_pilot"):
         return None
-    cells = seed_metrics(budgets.get("flowclip") or [])
+    cells = seed_metrics(budgets.get(BUDGET) or [])
     out = {"pilot": pilot(budgets.get("flowclip_pilot") or []), "gates": {}, "rows": [], "controls": {},
-           "head_budgets": head_budgets(budgets.get("flowclip") or [])}
+           "head_budgets": head_budgets(budgets.get(BUDGET) or [])}
     for base in BASES:
         g = out["gates"][base] = gates(cells, base)
         for row in ROWS:

@@ -10,6 +10,8 @@ instead of leaving the reader to diff them.
 
 from __future__ import annotations
 
+import collections
+import os
 import subprocess
 
 from reproduce import paths
@@ -25,12 +27,13 @@ SCOPE = "`mmjax/` and `configs/` (the study's own code aside: `reproduce/`, form
 
 def compare(commits: list[str], root: str = ROOT) -> dict:
     """{"commits": [oldest first], "identical": bool | None, "differ": [commits whose `COMPUTE_PATHS` differ from
-    the oldest's], "dirty": [commits marked +dirty]}. `identical` is None when git cannot answer (no checkout, an
-    unknown commit): the report then says nothing it cannot back. A '+dirty' commit ran with uncommitted edits,
-    which no diff can see: it never counts as identical."""
+    the oldest's], "files": [the files under `COMPUTE_PATHS` that differ from the oldest at any of them], "dirty":
+    [commits marked +dirty]}. `identical` is None when git cannot answer (no checkout, an unknown commit): the report
+    then says nothing it cannot back. A '+dirty' commit ran with uncommitted edits, which no diff can see: it never
+    counts as identical."""
     clean = sorted({c.split("+")[0] for c in commits if c})
     dirty = sorted({c for c in commits if c.endswith("+dirty")})
-    out = {"commits": clean, "identical": None, "differ": [], "dirty": dirty}
+    out = {"commits": clean, "identical": None, "differ": [], "files": [], "dirty": dirty}
     if not clean:
         return out
 
@@ -43,12 +46,17 @@ def compare(commits: list[str], root: str = ROOT) -> dict:
         clean.sort(key=lambda c: int(_git("show", "-s", "--format=%ct", c).stdout.strip() or 0))  # oldest first
         out["commits"] = clean
         full = [_git("rev-parse", c).stdout.strip() for c in clean]
-        differ = [c for c, f in zip(clean[1:], full[1:])
-                  if _git("diff", "--quiet", full[0], f, "--", *COMPUTE_PATHS).returncode != 0]
+        changed = {}
+        for c, f in zip(clean[1:], full[1:]):
+            diff = _git("diff", "--name-only", full[0], f, "--", *COMPUTE_PATHS)
+            if diff.returncode:
+                return out
+            changed[c] = diff.stdout.split()
     except (OSError, subprocess.SubprocessError):
         return out
-    out["differ"] = differ
-    out["identical"] = not differ and not dirty
+    out["differ"] = [c for c in clean[1:] if changed[c]]
+    out["files"] = sorted({name for names in changed.values() for name in names})
+    out["identical"] = not out["differ"] and not dirty
     return out
 
 
@@ -83,6 +91,48 @@ def sentence(result: dict, n_end_labelled: int = 0) -> str:
     return "; ".join(parts) + "." + end
 
 
+def row_code(result: dict, max_files: int = 4) -> str:
+    """What the code a row's cells ran on says, in one table cell ('' when git cannot answer)."""
+    if result["identical"] is None:
+        return ""
+    n, files = len(result["commits"]), result["files"]
+    if len(files) > max_files:  # many files: where they are (package: count), not a truncated list
+        where = collections.Counter(os.path.dirname(f) or f for f in files)
+        listed = ", ".join(f"`{d}/` ({k})" for d, k in sorted(where.items()))
+    else:
+        listed = ", ".join(f"`{f}`" for f in files)
+    text = ("one commit" if n == 1 else "identical at all of them" if not result["differ"] else
+            f"differs from the oldest, {result['commits'][0]}, in {len(files)} file(s): {listed}")
+    if result["dirty"]:
+        text += f"; {', '.join(result['dirty'])} ran with uncommitted edits, which no diff can show"
+    return text
+
+
+def rows_code(groups: list[tuple[str, str, list[dict]]], root: str = ROOT) -> list[dict]:
+    """[(row id, budget or base, the records of the cells the row compares)] -> [{"rows", "scope", "result"}]: rows
+    whose cells ran on the same commits share an entry; `result` is `compare` of those commits."""
+    merged: dict = {}
+    for row_id, scope, records in groups:
+        commits = tuple(commits_of(records))
+        if commits:
+            merged.setdefault((scope, commits), []).append(row_id)
+    return [{"rows": ids, "scope": scope, "result": compare(list(commits), root)}
+            for (scope, commits), ids in merged.items()]
+
+
+def rows_section(entries: list[dict], table) -> list[str]:
+    """'Code each row's cells ran on' (Markdown lines; none when git could answer for no entry)."""
+    body = [[", ".join(e["rows"]), e["scope"], ", ".join(e["result"]["commits"] + e["result"]["dirty"]),
+             row_code(e["result"])] for e in entries if e["result"]["identical"] is not None]
+    if not body:
+        return []
+    return ["## Code each row's cells ran on", "",
+            "Per row (rows on the same commits share a line): the commits its compared cells' records name, and "
+            f"whether {SCOPE} differ between them, with the files that do, so a reader can judge whether a change "
+            "could reach the row's numbers (git cannot say whether it did; a replay at one commit would).", ""] + \
+        table(["rows", "budget / base", "commits (oldest first)", "what the cells compute"], body)
+
+
 # A machine the tree was copied to without its .git (an accelerator lent for one batch of cells) cannot ask git which
 # commit it runs. The launching checkout then declares it: `python -m reproduce.provenance --declare` prints
 # `REPRODUCE_CODE_VERSION=<commit>:<digest>` for a clean checkout, the digest being `compute_digest` of what the cells
@@ -94,7 +144,6 @@ _DIGEST_SKIP_DIRS = {"__pycache__", "reproduce"}  # reproduce: only mmjax/reprod
 
 
 def _digest_files(root: str) -> list[str]:
-    import os
     files = []
     for top in _DIGEST_DIRS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
@@ -132,7 +181,6 @@ def declare(root: str = ROOT) -> str:
 
 def declared_version(root: str = ROOT, environ=None) -> dict:
     """{"commit", "dirty", "declared": True} from `DECLARED_ENV`, checked against this tree's digest ({} if unset)."""
-    import os
     value = (os.environ if environ is None else environ).get(DECLARED_ENV, "")
     if not value:
         return {}

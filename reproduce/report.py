@@ -204,14 +204,28 @@ def build_report(records: list[dict], *, command: str, oracle_path: str = flowcl
         r["why"] = ("–" if not lr or lr["result"]["verdict"] == "missing" else
                     f"1500 steps (seeds {', '.join(map(str, lr['result']['seeds']))}): {_delta(lr['result'])} "
                     f"{lr['result']['verdict']}")
+    fcstudy = flowclip_study.build(budgets)
     return {"command": command, "budgets": {b: len(rs) for b, rs in budgets.items()}, "cells": cells,
-            "fcstudy": flowclip_study.build(budgets), "flowclip_oracle": flowclip_oracle.load(oracle_path),
+            "fcstudy": fcstudy, "flowclip_oracle": flowclip_oracle.load(oracle_path),
             "aggregates": {b: tables.aggregate(rs) for b, rs in budgets.items()}, "rows": rows, "others": others,
             "quick": quick, "long_flowclip": long_flowclip, "records": records,
             "code": {**provenance.compare(provenance.commits_of(records)),
                      "end_labelled": provenance.end_labelled(records)},
+            "row_code": provenance.rows_code(_row_records(budgets, rows, fcstudy)),
             "machines": _machines(records), "wall_s": {b: sum(r["wall_s"]["total"] for r in rs)
                                                        for b, rs in budgets.items()}}
+
+
+def _row_records(budgets: dict, rows: dict, fcstudy: dict | None) -> list[tuple[str, str, list[dict]]]:
+    """(row id, budget / base, the records of the cells the row compares) of the headline, derived and Flow-CLIP
+    study rows, for the per-row code table."""
+    def of(budget, names):
+        return [r for r in budgets.get(budget, []) if r.get("name") in names]
+    out = [(r["claim"].id, HEADLINE, of(HEADLINE, set(r["claim"].cells))) for r in rows["headline"] + rows["derived"]]
+    for r in (fcstudy or {}).get("rows", []):
+        out.append((r["id"], f"{flowclip_study.BUDGET} · base {r['base']}",
+                    of(flowclip_study.BUDGET, {flowclip_study.head_cell(r["base"], h) for h in r["heads"]})))
+    return out
 
 
 def _machines(records) -> dict:
@@ -290,6 +304,7 @@ def render_markdown(report: dict) -> str:
     L += flowclip_report.section(report.get("fcstudy"), table)
     L += flowclip_report.oracle_section(report.get("flowclip_oracle"), table)
     L += tables.quick_section(report, table, _claim_table)
+    L += provenance.rows_section(report.get("row_code", []), table)
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]
     return "\n".join(L)

@@ -109,3 +109,27 @@ def test_declare_refuses_a_checkout_whose_computing_files_git_does_not_hold(repo
         f.write("untracked")
     with pytest.raises(ValueError, match=r"mmjax"):
         provenance.declare(root)
+
+
+def test_rows_name_their_commits_and_the_files_that_differ(repo):
+    """The per-row table: rows whose cells ran on the same commits share a line; each line names the files under
+    what the cells compute that differ between its commits (by package when there are many), or says identical."""
+    root, base, report_only, moved, loss_change, config_change = repo
+
+    def recs(*commits):
+        return [{"code": {"commit": c + "0" * 30, "dirty": False, "at": "launch"}} for c in commits]
+
+    groups = [("A1", "converged", recs(base, report_only)), ("A2", "converged", recs(report_only, base)),
+              ("B1", "converged", recs(base, loss_change, config_change)), ("C1", "converged", recs(moved)),
+              ("D1", "converged", [{"code": {}}])]
+    entries = provenance.rows_code(groups, root)
+    assert [e["rows"] for e in entries] == [["A1", "A2"], ["B1"], ["C1"]]  # D1 names no commit: no line
+    assert entries[1]["result"]["files"] == ["configs/x.py", "mmjax/losses.py"]
+    texts = [provenance.row_code(e["result"]) for e in entries]
+    assert texts[0] == "identical at all of them" and texts[2] == "one commit"
+    assert texts[1] == f"differs from the oldest, {base}, in 2 file(s): `configs/x.py`, `mmjax/losses.py`"
+    assert provenance.row_code(entries[1]["result"], max_files=1).endswith("2 file(s): `configs/` (1), `mmjax/` (1)")
+    lines = provenance.rows_section(entries, lambda head, body: [" | ".join(head)] + [" | ".join(r) for r in body])
+    assert lines[0] == "## Code each row's cells ran on" and lines[-3].startswith("A1, A2 | converged | ")
+    unknown = provenance.rows_code([("E1", "converged", recs("0123456789"))], root)
+    assert provenance.row_code(unknown[0]["result"]) == "" and provenance.rows_section(unknown, None) == []
