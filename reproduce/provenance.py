@@ -120,17 +120,22 @@ def rows_code(groups: list[tuple[str, str, list[dict]]], root: str = ROOT) -> li
             for (scope, commits), ids in merged.items()]
 
 
-def rows_section(entries: list[dict], table) -> list[str]:
-    """'Code each row's cells ran on' (Markdown lines; none when git could answer for no entry)."""
+def rows_section(entries: list[dict], table, replays: list[str] = ()) -> list[str]:
+    """'Code each row's cells ran on' (Markdown lines; none when git could answer for no entry and nothing was
+    replayed). `replays`: one line per replayed cell (`reproduce.replay.sentence`)."""
     body = [[", ".join(e["rows"]), e["scope"], ", ".join(e["result"]["commits"] + e["result"]["dirty"]),
              row_code(e["result"])] for e in entries if e["result"]["identical"] is not None]
-    if not body:
+    if not body and not replays:
         return []
-    return ["## Code each row's cells ran on", "",
-            "Per row (rows on the same commits share a line): the commits its compared cells' records name, and "
-            f"whether {SCOPE} differ between them, with the files that do, so a reader can judge whether a change "
-            "could reach the row's numbers (git cannot say whether it did; a replay at one commit would).", ""] + \
-        table(["rows", "budget / base", "commits (oldest first)", "what the cells compute"], body)
+    L = ["## Code each row's cells ran on", "",
+         "Per row (rows on the same commits share a line): the commits its compared cells' records name, and "
+         f"whether {SCOPE} differ between them, with the files that do, so a reader can judge whether a change "
+         "could reach the row's numbers. Git cannot say whether it did; a replay can (`python -m reproduce.replay`: "
+         "the record's cell retrained at a later commit, every logged value compared).", ""]
+    L += table(["rows", "budget / base", "commits (oldest first)", "what the cells compute"], body) if body else []
+    if replays:
+        L += ["Replays:", ""] + [f"- {line}" for line in replays] + [""]
+    return L
 
 
 # A machine the tree was copied to without its .git (an accelerator lent for one batch of cells) cannot ask git which

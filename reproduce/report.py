@@ -22,7 +22,7 @@ import os
 import shutil
 
 from reproduce import claims as C
-from reproduce import figures, flowclip_oracle, flowclip_report, flowclip_study, provenance, stats, tables
+from reproduce import figures, flowclip_oracle, flowclip_report, flowclip_study, provenance, replay, stats, tables
 from reproduce.curves import COLLAPSE_DROP, collapse
 from reproduce.grid import COMMON_SCORES, RECIPE_KNOBS, knob_variants
 from reproduce.tables import score_label
@@ -175,7 +175,8 @@ def _test_text(r: dict, claim=None) -> str:
 
 # ---- the report --------------------------------------------------------------------------------------------------
 
-def build_report(records: list[dict], *, command: str, oracle_path: str = flowclip_oracle.RECORD) -> dict:
+def build_report(records: list[dict], *, command: str, oracle_path: str = flowclip_oracle.RECORD,
+                 replay_dir: str = replay.REPLAY_DIR) -> dict:
     budgets = by_budget(records)
     cells = {b: seed_metrics(rs) for b, rs in budgets.items()}
     collapsed = {b: collapsed_runs(rs) for b, rs in budgets.items()}
@@ -212,6 +213,7 @@ def build_report(records: list[dict], *, command: str, oracle_path: str = flowcl
             "code": {**provenance.compare(provenance.commits_of(records)),
                      "end_labelled": provenance.end_labelled(records)},
             "row_code": provenance.rows_code(_row_records(budgets, rows, fcstudy)),
+            "replays": replay.load(replay_dir),
             "machines": _machines(records), "wall_s": {b: sum(r["wall_s"]["total"] for r in rs)
                                                        for b, rs in budgets.items()}}
 
@@ -304,16 +306,18 @@ def render_markdown(report: dict) -> str:
     L += flowclip_report.section(report.get("fcstudy"), table)
     L += flowclip_report.oracle_section(report.get("flowclip_oracle"), table)
     L += tables.quick_section(report, table, _claim_table)
-    L += provenance.rows_section(report.get("row_code", []), table)
+    L += provenance.rows_section(report.get("row_code", []), table,
+                                 [replay.sentence(r) for r in report.get("replays", [])])
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]
     return "\n".join(L)
 
 
-def write_report(records: list[dict], out: str, *, command: str, oracle_path: str = flowclip_oracle.RECORD) -> dict:
+def write_report(records: list[dict], out: str, *, command: str, oracle_path: str = flowclip_oracle.RECORD,
+                 replay_dir: str = replay.REPLAY_DIR) -> dict:
     """Writes reproduction.md, reproduction.json and figures/ into `out`; returns the report dict. `oracle_path`: the
     Flow-CLIP mechanism oracle's record (the committed one by default; a missing file leaves its table out)."""
-    report = build_report(records, command=command, oracle_path=oracle_path)
+    report = build_report(records, command=command, oracle_path=oracle_path, replay_dir=replay_dir)
     os.makedirs(out, exist_ok=True)
     report["figures"] = figures.write_figures(report, out)
     report["heatmaps"] = figures.draw_heatmaps(report["aggregates"].get(QUICK, {}), out)

@@ -131,5 +131,9 @@ def test_rows_name_their_commits_and_the_files_that_differ(repo):
     assert provenance.row_code(entries[1]["result"], max_files=1).endswith("2 file(s): `configs/` (1), `mmjax/` (1)")
     lines = provenance.rows_section(entries, lambda head, body: [" | ".join(head)] + [" | ".join(r) for r in body])
     assert lines[0] == "## Code each row's cells ran on" and lines[-3].startswith("A1, A2 | converged | ")
+    with_replay = provenance.rows_section(entries, lambda head, body: ["t"], ["sh_full seed 0 ... bitwise equal."])
+    assert with_replay[-5:] == ["t", "Replays:", "", "- sh_full seed 0 ... bitwise equal.", ""]
+    only_replay = provenance.rows_section([], None, ["a replay"])
+    assert only_replay[0] == "## Code each row's cells ran on" and "- a replay" in only_replay
     unknown = provenance.rows_code([("E1", "converged", recs("0123456789"))], root)
     assert provenance.row_code(unknown[0]["result"]) == "" and provenance.rows_section(unknown, None) == []

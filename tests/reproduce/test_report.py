@@ -82,7 +82,8 @@ def quick_records():
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     rep = report.write_report(converged_records() + quick_records(), str(out), command="python -m reproduce X",
-                              oracle_path=str(out / "no_oracle.json"))   # hermetic: not the committed oracle
+                              oracle_path=str(out / "no_oracle.json"),   # hermetic: not the committed oracle
+                              replay_dir=str(out / "no_replays"))         # nor the committed replays
     return out, rep, (out / "reproduction.md").read_text()
 
 
