@@ -1,19 +1,23 @@
-"""Replay a committed cell at the current checkout: did the code changes since its commit reach its numbers?
+"""Replay a committed cell: did the code changes since its commit, or the machine, reach its numbers?
 
 The report's per-row code table (`provenance.rows_code`) can say which files under `mmjax/` and `configs/` changed
 between the commits a row's cells ran on, not whether a change reached a row's numbers. A replay answers that for one
-record: it trains the record's cell (same budget, cell and seed, so the same config, data order and schedule) at the
-current checkout in a child process, stops it cleanly (SIGTERM: the trainer checkpoints and exits) once `--steps`
-steps are logged, and compares every logged training loss and validation metric the record keeps as curves
-(`curves.training_curves`, the same fields) at the steps both have. Equal floats at every step mean that, for those
-steps, nothing that changed reached the training; the first difference is named with both values.
+record: it trains the record's cell (same budget, cell and seed, so the grid's same config, data order and schedule:
+`grid.build_config` + `mmjax.experiment.run`, what `runner.run_cell` trains) for `--steps` steps and compares every
+logged training loss and validation metric the record keeps as curves (`curves.training_curves`, the same fields)
+at the steps both have. With `--at-record-commit` it also trains the record's own commit (a git worktree) on this
+machine, which separates the two causes of a difference:
 
-    python -m reproduce.replay --record docs/reproduction/records/converged/sh_divmmd/seed0.json --steps 480 \
-        --out workdir/replay
+    record  vs  own commit here      the machine or environment (or a dirty record's uncommitted edits)
+    own commit here  vs  current     the code changes since the record
 
-writes `docs/reproduction/replays/<budget>_<cell>_seed<k>.json` (what the report's code section reads) and prints
-the comparison. Same machine and package versions are checked, not assumed: the replay record keeps both
-environments, and the report names a mismatch.
+Equal floats at every compared step mean that, over those steps, that cause did not reach the training.
+
+    python -m reproduce.replay --record docs/reproduction/records/converged/sh_full/seed0.json --steps 40 \
+        --at-record-commit --out workdir/replay
+
+writes `docs/reproduction/replays/<budget>_<cell>_seed<k>_<steps>steps.json` (both commits, both environments, the
+comparisons; what the report's code section reads) and prints one line.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -57,22 +60,62 @@ def compare_curves(recorded: dict, replayed: dict, max_step: int | None = None) 
             "first_difference": first}
 
 
-def _last_step(workdir: str) -> int:
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return 0
-    last = 0
-    with open(path) as f:
-        for line in f:
-            try:
-                last = max(last, int(json.loads(line).get("step", 0)))
-            except (ValueError, json.JSONDecodeError):  # a line being written
-                continue
-    return last
+# The child: the grid's own config for the cell and `mmjax.experiment.run` — what `runner.run_cell` trains — stopped
+# by a trainer hook after `steps` steps. Written to a file and run with the tree under test first on the path, so the
+# same script trains the current checkout and a worktree of the record's commit (whose API this uses: make_grid,
+# build_config and run's hooks are unchanged since the study began).
+_CHILD = """
+import sys
+from reproduce import grid
+from mmjax import experiment
+budget, name, seed, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+cell = [c for c in grid.make_grid(1, [name], first_seed=seed) if c.name == name][0]
+config = grid.build_config(cell, budget, out)
+class Stop(Exception):
+    pass
+def hook(event, step):
+    if event == "step" and (step % 20 == 0 or step >= steps):
+        print(f"[replay] {name} seed {seed}: step {step} of {steps}", flush=True)
+    if event == "step" and step >= steps:
+        raise Stop
+try:
+    experiment.run(config, cell.workdir(out), hooks=[hook])
+except Stop:
+    pass
+"""
 
 
-def run(record_path: str, steps: int, out: str, python: str = sys.executable, poll_s: float = 5.0) -> dict:
-    """Replays `record_path`'s cell for `steps` logged steps in `out`; returns the replay record (module doc)."""
+def _train(tree: str, budget: str, cell: str, seed: int, out: str, steps: int, python: str) -> dict:
+    """Trains the cell from `tree` (a checkout) for `steps` steps in `out`; returns its curves."""
+    workdir = os.path.join(out, "cells", cell, f"seed{seed}")
+    if os.path.exists(workdir):
+        raise ValueError(f"{workdir} exists: a replay starts from step 0 (remove it or choose another --out)")
+    os.makedirs(out, exist_ok=True)
+    script = os.path.join(out, "replay_child.py")
+    with open(script, "w") as f:
+        f.write(_CHILD)
+    env = {**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open(os.path.join(out, "replay.log"), "w") as log:
+        proc = subprocess.run([python, script, budget, cell, str(seed), os.path.abspath(out), str(steps)], cwd=tree,
+                              env=env, stdout=log, stderr=subprocess.STDOUT)
+    curves = training_curves(workdir)
+    if proc.returncode or not curves:
+        raise RuntimeError(f"the replay of {cell} seed {seed} in {tree} failed (exit {proc.returncode}; see "
+                           f"{out}/replay.log)")
+    return curves
+
+
+def _worktree(commit: str, path: str) -> None:
+    subprocess.run(["git", "worktree", "add", "--detach", "--force", path, commit], cwd=paths.ROOT, check=True,
+                   capture_output=True, text=True, timeout=120)
+
+
+def run(record_path: str, steps: int, out: str, *, at_record_commit: bool = False,
+        python: str = sys.executable) -> dict:
+    """Replays `record_path`'s cell for `steps` steps in `out` at the current checkout and, with
+    `at_record_commit`, also at the record's own commit (a temporary git worktree in `out`); returns the replay
+    record (module doc)."""
+    from reproduce.grid import SPECS
     from reproduce.runner import code_version
     from mmjax.provenance import environment
     with open(record_path) as f:
@@ -80,31 +123,31 @@ def run(record_path: str, steps: int, out: str, python: str = sys.executable, po
     budget, cell, seed = record["budget"], record["name"], int(record["seed"])
     if not (record.get("curves") or {}).get("train"):
         raise ValueError(f"{record_path}: the record keeps no training curves to compare a replay with")
-    workdir = os.path.join(out, "cells", cell, f"seed{seed}")
-    if os.path.exists(workdir):
-        raise ValueError(f"{workdir} exists: a replay starts from step 0 (remove it or choose another --out)")
-    os.makedirs(out, exist_ok=True)
-    code = code_version()
-    cmd = [python, "-m", "reproduce", "--budget", budget, "--seeds", "1", "--first-seed", str(seed), "--cells", cell,
-           "--out", out, "--no-report"]
-    t0 = time.perf_counter()
-    with open(os.path.join(out, "replay.log"), "w") as log:
-        child = subprocess.Popen(cmd, cwd=paths.ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        while child.poll() is None and _last_step(workdir) < steps:
-            time.sleep(poll_s)
-            print(f"[replay] {cell} seed {seed}: step {_last_step(workdir)} of {steps} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGTERM)  # the trainer checkpoints the step in flight and exits
-            child.wait()
-    replayed = training_curves(workdir)
-    comparison = compare_curves(record["curves"], replayed, max_step=steps)
-    if not comparison["values"]:
-        raise RuntimeError(f"replay of {record_path} logged nothing to compare (see {out}/replay.log)")
-    return {"record": os.path.relpath(record_path, paths.ROOT), "budget": budget, "cell": cell, "seed": seed,
-            "recorded_code": record.get("code"), "replay_code": code, "steps": steps,
-            "recorded_environment": record.get("environment"), "replay_environment": environment(),
-            "recorded_machine": record.get("machine"), "wall_s": time.perf_counter() - t0, "comparison": comparison}
+    spec = next((sp for sp in SPECS if sp.name == cell), None)
+    if spec is not None and spec.needs_clip:
+        raise ValueError(f"{record_path}: {cell} trains on a frozen base's features; replays cover retrieval cells")
+    code, t0 = code_version(), time.perf_counter()
+    replayed = _train(paths.ROOT, budget, cell, seed, os.path.join(out, "current"), steps, python)
+    result = {"record": os.path.relpath(os.path.abspath(record_path), paths.ROOT), "budget": budget, "cell": cell,
+              "seed": seed, "recorded_code": record.get("code"), "replay_code": code, "steps": steps,
+              "recorded_environment": record.get("environment"), "replay_environment": environment(),
+              "recorded_machine": record.get("machine"),
+              "comparison": compare_curves(record["curves"], replayed, max_step=steps)}
+    commit = (record.get("code") or {}).get("commit")
+    if at_record_commit and commit:
+        tree = os.path.abspath(os.path.join(out, "record_commit_tree"))
+        _worktree(commit, tree)
+        try:
+            own = _train(tree, budget, cell, seed, os.path.join(out, "record_commit"), steps, python)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=paths.ROOT, capture_output=True)
+        # record vs its own commit today: the machine and environment; its own commit vs now: the code since
+        result["at_record_commit"] = {"vs_record": compare_curves(record["curves"], own, max_step=steps),
+                                      "vs_current": compare_curves(own, replayed, max_step=steps)}
+    if not result["comparison"]["values"]:
+        raise RuntimeError(f"replay of {record_path} logged nothing to compare (see {out}/current/replay.log)")
+    result["wall_s"] = time.perf_counter() - t0
+    return result
 
 
 def load(directory: str = REPLAY_DIR) -> list[dict]:
@@ -119,24 +162,47 @@ def load(directory: str = REPLAY_DIR) -> list[dict]:
     return out
 
 
+def environment_changes(recorded: dict | None, replayed: dict | None) -> list[str]:
+    """'name: recorded → replayed' for the platform and every package whose version differs ('–' = absent)."""
+    a, b = recorded or {}, replayed or {}
+    out = [f"platform {a.get('platform') or '–'} → {b.get('platform') or '–'}"] \
+        if a.get("platform") != b.get("platform") else []
+    pa, pb = a.get("packages") or {}, b.get("packages") or {}
+    return out + [f"{k} {pa.get(k) or '–'} → {pb.get(k) or '–'}" for k in sorted(set(pa) | set(pb))
+                  if (pa.get(k) or None) != (pb.get(k) or None)]
+
+
+def _difference(cmp: dict) -> str:
+    f = cmp["first_difference"]
+    return (f"from step {f['step']} ({f['key']}: {f['recorded']:.9g} vs {f['replayed']:.9g}; largest |Δ| "
+            f"{max(cmp['max_abs_diff'].values()):.3g})")
+
+
 def sentence(replay: dict) -> str:
-    """One line for the report: which record, which commits, and whether every compared value was equal."""
+    """One line for the report: which record, which commits, what was equal, and what that attributes."""
     rc, pc, cmp = replay.get("recorded_code") or {}, replay.get("replay_code") or {}, replay["comparison"]
 
     def short(c):
         return (c.get("commit") or "?")[:10] + ("+dirty" if c.get("dirty") else "")
 
-    same_env = (replay.get("recorded_environment") or {}).get("packages") == \
-        (replay.get("replay_environment") or {}).get("packages")
+    changes = environment_changes(replay.get("recorded_environment"), replay.get("replay_environment"))
+    env = f" (environment since the record: {'; '.join(changes)})" if changes else " (same environment)"
     head = (f"{replay['cell']} seed {replay['seed']} ({replay['budget']}; recorded at {short(rc)}) replayed at "
             f"{short(pc)} for {max(cmp['steps'])} steps")
-    env = "" if same_env else " (package versions differ from the record's: a difference may come from them)"
-    if cmp["equal"]:
-        return (f"{head}: all {cmp['values']} logged loss and validation values at {len(cmp['steps'])} steps are "
-                f"bitwise equal{env}.")
-    f = cmp["first_difference"]
-    return (f"{head}: values differ from step {f['step']} on ({f['key']}: {f['recorded']:.6g} recorded, "
-            f"{f['replayed']:.6g} replayed; largest |Δ| {max(cmp['max_abs_diff'].values()):.3g}){env}.")
+    own = replay.get("at_record_commit")
+    if own is None:
+        if cmp["equal"]:
+            return f"{head}: all {cmp['values']} logged loss and validation values are bitwise equal{env}."
+        return f"{head}: values differ {_difference(cmp)}{env}."
+    code, machine = own["vs_current"], own["vs_record"]
+    text = f"{head} and at its own commit: "
+    text += ("the two replays are bitwise equal, so the code changes since did not reach these steps; "
+             if code["equal"] else f"the two replays differ {_difference(code)}, so the code changes since did; ")
+    dirty = " and the record's uncommitted edits" if rc.get("dirty") else ""
+    text += ("the replay at its own commit equals the record" if machine["equal"] else
+             f"the replay at its own commit differs from the record {_difference(machine)}: the machine or "
+             f"environment{dirty} did")
+    return text + env + "."
 
 
 def main(argv=None) -> int:
@@ -144,15 +210,17 @@ def main(argv=None) -> int:
     p.add_argument("--record", required=True, help="a committed cell record (docs/reproduction/records/...)")
     p.add_argument("--steps", type=int, required=True, help="replay until this many steps are logged")
     p.add_argument("--out", required=True, help="a fresh output directory for the replayed cell")
+    p.add_argument("--at-record-commit", action="store_true", help="also replay at the record's own commit (a git "
+                   "worktree): separates what the code changes did from what the machine or environment did")
     p.add_argument("--save", default=REPLAY_DIR, help="directory the replay record is written to")
     args = p.parse_args(argv)
     try:
-        replay = run(args.record, args.steps, args.out)
-    except (OSError, ValueError, RuntimeError) as e:
+        replay = run(args.record, args.steps, args.out, at_record_commit=args.at_record_commit)
+    except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as e:
         print(f"python -m reproduce.replay: error: {e}", file=sys.stderr)
         return 2
     os.makedirs(args.save, exist_ok=True)
-    path = os.path.join(args.save, f"{replay['budget']}_{replay['cell']}_seed{replay['seed']}.json")
+    path = os.path.join(args.save, f"{replay['budget']}_{replay['cell']}_seed{replay['seed']}_{args.steps}steps.json")
     with open(path, "w") as f:
         json.dump(replay, f, indent=1)
     print(sentence(replay))

@@ -38,21 +38,33 @@ def test_the_first_difference_is_named_with_both_values():
     assert nothing["values"] == 0 and not nothing["equal"]  # no shared step: never called equal
 
 
-def test_the_sentence_says_equal_or_names_the_difference():
-    env = {"packages": {"jax": "0.10.2"}}
+def test_the_sentence_says_equal_or_names_the_difference_and_attributes_it():
+    env = {"platform": "Linux-a", "packages": {"jax": "0.10.2", "torch": None}}
     base = {"cell": "sh_full", "seed": 0, "budget": "converged", "recorded_code": {"commit": "a" * 40, "dirty": True},
             "replay_code": {"commit": "b" * 40, "dirty": False}, "recorded_environment": env,
             "replay_environment": env}
-    same = {**base, "comparison": replay.compare_curves(_curves([3.0, 2.0, 1.0], [300.0]),
-                                                         _curves([3.0, 2.0, 1.0], [300.0]))}
-    line = replay.sentence(same)
+    same, other = _curves([3.0, 2.0, 1.0], [300.0]), _curves([3.0, 2.5, 1.0], [300.0])
+    line = replay.sentence({**base, "comparison": replay.compare_curves(same, same)})
     assert line.startswith(f"sh_full seed 0 (converged; recorded at {'a' * 10}+dirty) replayed at {'b' * 10} for 60")
-    assert line.endswith("all 7 logged loss and validation values at 3 steps are bitwise equal.")
-    other = {**base, "replay_environment": {"packages": {"jax": "0.11.0"}},
-             "comparison": replay.compare_curves(_curves([3.0, 2.0, 1.0], [300.0]), _curves([3.0, 2.5, 1.0], [300.0]))}
-    line = replay.sentence(other)
-    assert "values differ from step 40 on (loss/total: 2 recorded, 2.5 replayed; largest |Δ| 0.5)" in line
-    assert "package versions differ" in line
+    assert line.endswith("all 7 logged loss and validation values are bitwise equal (same environment).")
+    moved = {"platform": "Linux-b", "packages": {"jax": "0.10.2", "torch": "2.13.0"}}
+    assert replay.environment_changes(env, moved) == ["platform Linux-a → Linux-b", "torch – → 2.13.0"]
+    line = replay.sentence({**base, "replay_environment": moved, "comparison": replay.compare_curves(same, other)})
+    assert "values differ from step 40 (loss/total: 2 vs 2.5; largest |Δ| 0.5)" in line
+    assert line.endswith("(environment since the record: platform Linux-a → Linux-b; torch – → 2.13.0).")
+    # With the record's own commit replayed too: code equal, record not -> the machine (or the dirty edits) did it.
+    split = {**base, "comparison": replay.compare_curves(same, other),
+             "at_record_commit": {"vs_record": replay.compare_curves(same, other),
+                                  "vs_current": replay.compare_curves(other, other)}}
+    line = replay.sentence(split)
+    assert "and at its own commit: the two replays are bitwise equal, so the code changes since did not reach" in line
+    assert "differs from the record from step 40" in line and "the machine or environment and the record's " \
+        "uncommitted edits did" in line
+    code = {**split, "at_record_commit": {"vs_record": replay.compare_curves(same, same),
+                                          "vs_current": replay.compare_curves(same, other)}}
+    line = replay.sentence(code)
+    assert "the two replays differ from step 40" in line and "so the code changes since did;" in line
+    assert "the replay at its own commit equals the record" in line
 
 
 @pytest.mark.slow
@@ -69,17 +81,22 @@ def test_a_smoke_cell_replays_bitwise_at_the_same_commit(tmp_path):
     record_path = store / "smoke" / "sh_full" / "seed0.json"
     saved = tmp_path / "replays"
     proc = subprocess.run([sys.executable, "-m", "reproduce.replay", "--record", str(record_path), "--steps",
-                           str(grid.SMOKE_STEPS), "--out", str(tmp_path / "replay"), "--save", str(saved)],
+                           str(grid.SMOKE_STEPS), "--at-record-commit", "--out", str(tmp_path / "replay"),
+                           "--save", str(saved)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = json.loads((saved / "smoke_sh_full_seed0.json").read_text())
+    result = json.loads((saved / f"smoke_sh_full_seed0_{grid.SMOKE_STEPS}steps.json").read_text())
     cmp = result["comparison"]
     assert cmp["equal"] and cmp["values"] >= 2 * grid.SMOKE_STEPS and max(cmp["steps"]) == grid.SMOKE_STEPS
-    assert "bitwise equal" in proc.stdout and replay.load(str(saved))[0]["cell"] == "sh_full"
+    own = result["at_record_commit"]  # the record's commit in a worktree: same code, same machine
+    assert own["vs_record"]["equal"] and own["vs_current"]["equal"]
+    assert "the replay at its own commit equals the record" in proc.stdout
+    assert replay.load(str(saved))[0]["cell"] == "sh_full"
+    assert not (tmp_path / "replay" / "record_commit_tree").exists()  # the worktree is removed
     recorded = json.loads(record_path.read_text())["curves"]
     tampered = copy.deepcopy(recorded)
     tampered["train"]["loss/total"][1] += 1e-9
-    replayed = replay.training_curves(str(tmp_path / "replay" / "cells" / "sh_full" / "seed0"))
+    replayed = replay.training_curves(str(tmp_path / "replay" / "current" / "cells" / "sh_full" / "seed0"))
     caught = replay.compare_curves(tampered, replayed)
     assert caught["first_difference"]["step"] == recorded["train"]["step"][1]
     again = subprocess.run([sys.executable, "-m", "reproduce.replay", "--record", str(record_path), "--steps", "2",
