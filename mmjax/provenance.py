@@ -1,4 +1,5 @@
-"""What a result was computed with: the Python, the platform and the versions of the packages that decide the numbers.
+"""What a result was computed with: the Python, the platform, the CPU's SIMD features and the versions of the packages
+that decide the numbers.
 
 `environment()` is written into every export (`export.json`), every evaluation (`results.json`) and every cell record
 of the reproduction study (`cell.json`), so a number can be traced to the jax / jaxlib / flax / optax / orbax / numpy
@@ -57,13 +58,43 @@ def _jax_devices() -> dict | None:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+# The CPU features XLA's CPU code generator chooses kernels by: two machines that differ in them may round differently
+# (a cell replayed on another VM build differs from step 20 on; reproduce/replay.py), so records name them.
+SIMD_FLAGS = re.compile(r"^(sse\d.*|ssse3|avx.*|fma.*|f16c|amx.*)$")
+
+
+def cpu_features(cpuinfo: str | None = None) -> dict | None:
+    """{"model", "simd": [the SSE/AVX/FMA/AMX flags, sorted]} of the first CPU in /proc/cpuinfo (or the text
+    given); None where there is none (not Linux)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return None
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:
+                break  # the first processor's block ends at its blank line
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    if "flags" not in fields:
+        return None
+    return {"model": fields.get("model name", "unknown"),
+            "simd": sorted(f for f in fields["flags"].split() if SIMD_FLAGS.match(f))}
+
+
 def environment() -> dict:
-    """{"python", "platform", "machine", "packages": {name: version | None}} (+ "jax": {"backend", "device_kind",
-    "device_count", "process_count"} when jax is imported) — JSON-able, for the outputs that record provenance."""
+    """{"python", "platform", "machine", "cpu": {"model", "simd"} | None, "packages": {name: version | None}}
+    (+ "jax": {"backend", "device_kind", "device_count", "process_count"} when jax is imported) — JSON-able, for
+    the outputs that record provenance."""
     env = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "cpu": cpu_features(),
         "packages": package_versions(),
     }
     devices = _jax_devices()

@@ -163,10 +163,18 @@ def load(directory: str = REPLAY_DIR) -> list[dict]:
 
 
 def environment_changes(recorded: dict | None, replayed: dict | None) -> list[str]:
-    """'name: recorded → replayed' for the platform and every package whose version differs ('–' = absent)."""
+    """'name: recorded → replayed' for the platform, the CPU's SIMD flags and every package whose version differs
+    ('–' = absent)."""
     a, b = recorded or {}, replayed or {}
     out = [f"platform {a.get('platform') or '–'} → {b.get('platform') or '–'}"] \
         if a.get("platform") != b.get("platform") else []
+    ca, cb = a.get("cpu"), b.get("cpu")
+    if ca is None and cb is not None:
+        out.append("the record names no CPU features (recorded since 2026-12-06)")
+    elif ca is not None and cb is not None and ca != cb:
+        fa, fb = set(ca.get("simd", [])), set(cb.get("simd", []))
+        out.append(f"CPU {ca.get('model')} → {cb.get('model')}, SIMD flags "
+                   + " ".join([f"−{f}" for f in sorted(fa - fb)] + [f"+{f}" for f in sorted(fb - fa)]))
     pa, pb = a.get("packages") or {}, b.get("packages") or {}
     return out + [f"{k} {pa.get(k) or '–'} → {pb.get(k) or '–'}" for k in sorted(set(pa) | set(pb))
                   if (pa.get(k) or None) != (pb.get(k) or None)]

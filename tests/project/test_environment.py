@@ -16,7 +16,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from mmjax.provenance import PACKAGES, canonical_name, environment, package_versions, read_lock
+from mmjax.provenance import PACKAGES, canonical_name, cpu_features, environment, package_versions, read_lock
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 LOCK = REPO / "requirements.lock"
@@ -151,6 +151,18 @@ def test_environment_names_python_platform_and_package_versions():
     assert env["jax"]["backend"] == jax.default_backend() and env["jax"]["device_count"] == jax.device_count()
     assert json.loads(json.dumps(env)) == env
     assert package_versions(["no-such-distribution-mmjax"]) == {"no-such-distribution-mmjax": None}
+
+
+def test_cpu_features_name_the_model_and_the_simd_flags_of_the_first_cpu():
+    """The SIMD flags decide which kernels XLA's CPU backend emits (why two VM builds round differently)."""
+    text = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 ssse3 sse4_1 avx avx2 fma "
+            "avx512f avx512_fp16 amx_tile aes\n\nprocessor\t: 1\nmodel name\t: Other\nflags\t\t: fpu sse2\n")
+    assert cpu_features(text) == {"model": "Intel(R) Xeon(R) Processor",
+                                  "simd": ["amx_tile", "avx", "avx2", "avx512_fp16", "avx512f", "fma", "sse2",
+                                           "sse4_1", "ssse3"]}
+    assert cpu_features("no cpu here\n") is None
+    if os.path.exists("/proc/cpuinfo"):
+        assert environment()["cpu"] == cpu_features(pathlib.Path("/proc/cpuinfo").read_text())
 
 
 def test_read_lock_refuses_a_range(tmp_path):

@@ -49,6 +49,11 @@ def test_the_sentence_says_equal_or_names_the_difference_and_attributes_it():
     assert line.endswith("all 7 logged loss and validation values are bitwise equal (same environment).")
     moved = {"platform": "Linux-b", "packages": {"jax": "0.10.2", "torch": "2.13.0"}}
     assert replay.environment_changes(env, moved) == ["platform Linux-a → Linux-b", "torch – → 2.13.0"]
+    cpu_a, cpu_b = {"model": "X", "simd": ["avx2", "avx512f"]}, {"model": "X", "simd": ["amx_tile", "avx2"]}
+    assert replay.environment_changes({**env, "cpu": cpu_a}, {**env, "cpu": cpu_b}) == \
+        ["CPU X → X, SIMD flags −avx512f +amx_tile"]
+    assert replay.environment_changes(env, {**env, "cpu": cpu_b}) == \
+        ["the record names no CPU features (recorded since 2026-12-06)"]
     line = replay.sentence({**base, "replay_environment": moved, "comparison": replay.compare_curves(same, other)})
     assert "values differ from step 40 (loss/total: 2 vs 2.5; largest |Δ| 0.5)" in line
     assert line.endswith("(environment since the record: platform Linux-a → Linux-b; torch – → 2.13.0).")
