@@ -87,6 +87,7 @@ except Stop:
 
 def _train(tree: str, budget: str, cell: str, seed: int, out: str, steps: int, python: str) -> dict:
     """Trains the cell from `tree` (a checkout) for `steps` steps in `out`; returns its curves."""
+    out = os.path.abspath(out)  # the child runs in `tree`
     workdir = os.path.join(out, "cells", cell, f"seed{seed}")
     if os.path.exists(workdir):
         raise ValueError(f"{workdir} exists: a replay starts from step 0 (remove it or choose another --out)")
@@ -96,7 +97,7 @@ def _train(tree: str, budget: str, cell: str, seed: int, out: str, steps: int, p
         f.write(_CHILD)
     env = {**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with open(os.path.join(out, "replay.log"), "w") as log:
-        proc = subprocess.run([python, script, budget, cell, str(seed), os.path.abspath(out), str(steps)], cwd=tree,
+        proc = subprocess.run([python, script, budget, cell, str(seed), out, str(steps)], cwd=tree,
                               env=env, stdout=log, stderr=subprocess.STDOUT)
     curves = training_curves(workdir)
     if proc.returncode or not curves:

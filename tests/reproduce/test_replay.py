@@ -86,9 +86,9 @@ def test_a_smoke_cell_replays_bitwise_at_the_same_commit(tmp_path):
     record_path = store / "smoke" / "sh_full" / "seed0.json"
     saved = tmp_path / "replays"
     proc = subprocess.run([sys.executable, "-m", "reproduce.replay", "--record", str(record_path), "--steps",
-                           str(grid.SMOKE_STEPS), "--at-record-commit", "--out", str(tmp_path / "replay"),
+                           str(grid.SMOKE_STEPS), "--at-record-commit", "--out", "replay",  # relative to its cwd
                            "--save", str(saved)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads((saved / f"smoke_sh_full_seed0_{grid.SMOKE_STEPS}steps.json").read_text())
     cmp = result["comparison"]
