@@ -120,7 +120,7 @@ def rows_code(groups: list[tuple[str, str, list[dict]]], root: str = ROOT) -> li
             for (scope, commits), ids in merged.items()]
 
 
-def rows_section(entries: list[dict], table, replays: list[str] = ()) -> list[str]:
+def rows_section(entries: list[dict], table, replays: list[str] = (), replay_summary: str = "") -> list[str]:
     """'Code each row's cells ran on' (Markdown lines; none when git could answer for no entry and nothing was
     replayed). `replays`: one line per replayed cell (`reproduce.replay.sentence`)."""
     body = [[", ".join(e["rows"]), e["scope"], ", ".join(e["result"]["commits"] + e["result"]["dirty"]),
@@ -134,7 +134,8 @@ def rows_section(entries: list[dict], table, replays: list[str] = ()) -> list[st
          "the record's cell retrained at a later commit, every logged value compared).", ""]
     L += table(["rows", "budget / base", "commits (oldest first)", "what the cells compute"], body) if body else []
     if replays:
-        L += ["Replays:", ""] + [f"- {line}" for line in replays] + [""]
+        L += ["Replays" + (f" ({replay_summary})" if replay_summary else "") + ":", ""] \
+            + [f"- {line}" for line in replays] + [""]
     return L
 
 

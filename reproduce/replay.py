@@ -214,6 +214,25 @@ def sentence(replay: dict) -> str:
     return text + env + "."
 
 
+def summary(replays: list[dict]) -> str:
+    """One sentence over all replays: how many equal their records, and where the others' differences come from."""
+    if not replays:
+        return ""
+    equal = [r for r in replays if r["comparison"]["equal"]]
+    own = [r for r in replays if not r["comparison"]["equal"] and r.get("at_record_commit")]
+    machine = [r for r in own if r["at_record_commit"]["vs_current"]["equal"]]
+    code = [r for r in own if not r["at_record_commit"]["vs_current"]["equal"]]
+    parts = [f"{len(equal)} of {len(replays)} replays equal their records bitwise"]
+    if own:
+        parts.append(f"of the {len(replays) - len(equal)} that differ, {len(own)} were also replayed at their own "
+                     f"commit: in {len(machine)} the code changes since did not reach the compared steps (the "
+                     f"difference is the machine's or environment's), in {len(code)} they did")
+    if len(replays) - len(equal) - len(own):
+        parts.append(f"{len(replays) - len(equal) - len(own)} differing replay(s) were not run at their own commit, "
+                     "so their difference is not attributed")
+    return "; ".join(parts) + "."
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m reproduce.replay", description=__doc__.split("\n\n")[0])
     p.add_argument("--record", required=True, help="a committed cell record (docs/reproduction/records/...)")

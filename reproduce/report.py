@@ -307,7 +307,8 @@ def render_markdown(report: dict) -> str:
     L += flowclip_report.oracle_section(report.get("flowclip_oracle"), table)
     L += tables.quick_section(report, table, _claim_table)
     L += provenance.rows_section(report.get("row_code", []), table,
-                                 [replay.sentence(r) for r in report.get("replays", [])])
+                                 [replay.sentence(r) for r in report.get("replays", [])],
+                                 replay.summary(report.get("replays", [])))
     L += ["## Figures", ""] + [f"![{n}]({p})" for n, p in report.get("figures", {}).items()] + [""]
     L += ["## Verdict rule", "", stats.__doc__.split("\n\n", 1)[1].strip(), ""]
     return "\n".join(L)

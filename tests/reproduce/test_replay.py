@@ -72,6 +72,19 @@ def test_the_sentence_says_equal_or_names_the_difference_and_attributes_it():
     assert "the replay at its own commit equals the record" in line
 
 
+def test_the_summary_counts_equal_records_and_attributes_the_rest():
+    same, other = _curves([3.0, 2.0, 1.0], [300.0]), _curves([3.0, 2.5, 1.0], [300.0])
+    eq, ne = replay.compare_curves(same, same), replay.compare_curves(same, other)
+    replays = [{"comparison": eq}, {"comparison": ne, "at_record_commit": {"vs_record": ne, "vs_current": eq}},
+               {"comparison": ne, "at_record_commit": {"vs_record": eq, "vs_current": ne}}, {"comparison": ne}]
+    assert replay.summary(replays) == (
+        "1 of 4 replays equal their records bitwise; of the 3 that differ, 2 were also replayed at their own commit: "
+        "in 1 the code changes since did not reach the compared steps (the difference is the machine's or "
+        "environment's), in 1 they did; 1 differing replay(s) were not run at their own commit, so their difference "
+        "is not attributed.")
+    assert replay.summary([]) == ""
+
+
 @pytest.mark.slow
 def test_a_smoke_cell_replays_bitwise_at_the_same_commit(tmp_path):
     """End to end: a smoke cell's record, then `python -m reproduce.replay` of it in a fresh directory — same code,
