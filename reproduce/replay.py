@@ -96,6 +96,7 @@ def _train(tree: str, budget: str, cell: str, seed: int, out: str, steps: int, p
     with open(script, "w") as f:
         f.write(_CHILD)
     env = {**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    print(f"[replay] {cell} seed {seed}: {steps} steps from {tree} (progress: {out}/replay.log)", flush=True)
     with open(os.path.join(out, "replay.log"), "w") as log:
         proc = subprocess.run([python, script, budget, cell, str(seed), out, str(steps)], cwd=tree,
                               env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -127,6 +128,9 @@ def run(record_path: str, steps: int, out: str, *, at_record_commit: bool = Fals
     spec = next((sp for sp in SPECS if sp.name == cell), None)
     if spec is not None and spec.needs_clip:
         raise ValueError(f"{record_path}: {cell} trains on a frozen base's features; replays cover retrieval cells")
+    commit = (record.get("code") or {}).get("commit")
+    if at_record_commit and not commit:
+        raise ValueError(f"{record_path}: the record names no commit to replay at")
     code, t0 = code_version(), time.perf_counter()
     replayed = _train(paths.ROOT, budget, cell, seed, os.path.join(out, "current"), steps, python)
     result = {"record": os.path.relpath(os.path.abspath(record_path), paths.ROOT), "budget": budget, "cell": cell,
@@ -134,8 +138,7 @@ def run(record_path: str, steps: int, out: str, *, at_record_commit: bool = Fals
               "recorded_environment": record.get("environment"), "replay_environment": environment(),
               "recorded_machine": record.get("machine"),
               "comparison": compare_curves(record["curves"], replayed, max_step=steps)}
-    commit = (record.get("code") or {}).get("commit")
-    if at_record_commit and commit:
+    if at_record_commit:
         tree = os.path.abspath(os.path.join(out, "record_commit_tree"))
         _worktree(commit, tree)
         try:
