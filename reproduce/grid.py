@@ -224,7 +224,24 @@ def knob_variants() -> dict[str, dict[str, str]]:
     return out
 
 
+# Config modules loaded when a grid process launched (`hold_configs`), by absolute path: the process builds every
+# later cell from the files as they were then, the version its records name, not as the checkout has them hours later.
+_HELD_CONFIGS: dict[str, object] = {}
+
+
+def hold_configs(names, config_dir: str = CONFIG_DIR) -> None:
+    """Loads the config files `names` now and keeps them for `load_config_module` (this process only)."""
+    for name in names:
+        _HELD_CONFIGS[os.path.abspath(os.path.join(config_dir, f"{name}.py"))] = _read_config_module(name, config_dir)
+
+
 def load_config_module(name: str, config_dir: str = CONFIG_DIR):
+    """The config file `configs/<name>.py` as a module: the one held at launch (`hold_configs`), else read now."""
+    held = _HELD_CONFIGS.get(os.path.abspath(os.path.join(config_dir, f"{name}.py")))
+    return held if held is not None else _read_config_module(name, config_dir)
+
+
+def _read_config_module(name: str, config_dir: str):
     path = os.path.join(config_dir, f"{name}.py")
     if not os.path.exists(path):
         raise FileNotFoundError(f"config file {path} not found (the reproduction reads the repository's configs/)")

@@ -22,7 +22,7 @@ from mmjax.jsonl import read_jsonl
 from mmjax.provenance import environment
 from mmjax.train import TrainingPreempted
 from reproduce import paths, provenance
-from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config, clip_of
+from reproduce.grid import CONFIG_DIR, Cell, budget_summary, build_config, clip_of, hold_configs
 from reproduce.curves import training_curves
 from reproduce.metrics import cell_arrays, cell_metrics
 
@@ -218,6 +218,28 @@ def wait_while_paused(out: str, log=print) -> float:
     return waited
 
 
+def hold_launch_code(cells: list[Cell], config_dir: str = CONFIG_DIR) -> dict[str, str]:
+    """Imports every `mmjax` module and loads the config files `cells` build on, now: a Python process keeps what
+    it imported, but `mmjax` imports some modules on first use (a task, an evaluator) and the grid reads a cell's
+    config file when the cell starts, which in a grid of many hours would be the checkout of that hour while the
+    record names the launch commit. Returns {module: error} for modules that cannot be imported here (an optional
+    dependency missing; a cell that needs one fails as it would have)."""
+    import importlib
+    import pkgutil
+
+    import mmjax
+    errors = {}
+    for info in pkgutil.walk_packages(mmjax.__path__, "mmjax."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError as e:
+            errors[info.name] = f"{type(e).__name__}: {e}"
+    hold_configs({cell.spec.config_file for cell in cells}, config_dir)
+    return errors
+
+
 def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None, clip_out: str = "",
              config_dir: str = CONFIG_DIR) -> dict:
     """Runs every unfinished cell of `cells` in order; returns {"done": [...], "skipped": [...], "failed": [...]}.
@@ -228,6 +250,8 @@ def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished
     status = {"done": [], "skipped": [], "failed": []}
     failed_clip = set()
     launch_code = code_version()  # what this process imported; every cell it runs records this version
+    for name, error in hold_launch_code(cells, config_dir).items():
+        log(f"[reproduce] {name} could not be loaded at launch ({error}); a cell that needs it will fail")
     with progress(len(cells), "reproduce", unit="cell", mininterval=0.0) as bar:
         for i, cell in enumerate(cells):
             tag = f"[reproduce] {i + 1}/{len(cells)} {cell.name} seed{cell.seed}"

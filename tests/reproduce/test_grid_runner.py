@@ -412,3 +412,32 @@ def test_the_machine_line_names_the_accelerator_jax_computes_on(monkeypatch):
     monkeypatch.setattr(runner, "environment", lambda: {"jax": {"backend": "cpu", "device_count": 1,
                                                                  "device_kind": "cpu"}})
     assert "×" not in runner.machine_description() and "CPU core" in runner.machine_description()
+
+
+def test_a_grid_holds_the_code_and_configs_of_its_launch(tmp_path, monkeypatch):
+    """The record names the launch commit, so the process must run it: every mmjax module is imported and every
+    config file its cells need is loaded at launch; a config file edited afterwards does not reach later cells."""
+    import pkgutil
+    import shutil
+    import sys
+
+    import mmjax
+
+    monkeypatch.setattr(grid, "_HELD_CONFIGS", {})
+    held, fresh = tmp_path / "held", tmp_path / "fresh"
+    cells = grid.make_grid(1, ["sh_full", "pvse"])
+    names = {c.spec.config_file for c in cells}
+    for d in (held, fresh):
+        d.mkdir()
+        for name in names:
+            shutil.copy(os.path.join(grid.CONFIG_DIR, f"{name}.py"), d / f"{name}.py")
+    assert runner.hold_launch_code(cells, str(held)) == {}
+    assert {m.name for m in pkgutil.walk_packages(mmjax.__path__, "mmjax.")} <= set(sys.modules)
+    before = grid.build_config(cells[0], "converged", str(tmp_path / "out"), config_dir=str(held))
+    for d in (held, fresh):
+        for name in names:
+            (d / f"{name}.py").write_text("raise RuntimeError('edited after the launch')\n")
+    after = grid.build_config(cells[0], "converged", str(tmp_path / "out"), config_dir=str(held))
+    assert after.to_dict() == before.to_dict()
+    with pytest.raises(RuntimeError, match="edited after the launch"):  # a directory nobody held: read now
+        grid.build_config(cells[0], "converged", str(tmp_path / "out"), config_dir=str(fresh))
