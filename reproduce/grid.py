@@ -229,10 +229,17 @@ def knob_variants() -> dict[str, dict[str, str]]:
 _HELD_CONFIGS: dict[str, object] = {}
 
 
-def hold_configs(names, config_dir: str = CONFIG_DIR) -> None:
-    """Loads the config files `names` now and keeps them for `load_config_module` (this process only)."""
+def hold_configs(names, config_dir: str = CONFIG_DIR) -> dict[str, str]:
+    """Loads the config files `names` now and keeps them for `load_config_module` (this process only). Returns
+    {file: error} for those that cannot be loaded: they are read again when their cell starts and fail it there."""
+    errors = {}
     for name in names:
-        _HELD_CONFIGS[os.path.abspath(os.path.join(config_dir, f"{name}.py"))] = _read_config_module(name, config_dir)
+        path = os.path.abspath(os.path.join(config_dir, f"{name}.py"))
+        try:
+            _HELD_CONFIGS[path] = _read_config_module(name, config_dir)
+        except Exception as e:  # noqa: BLE001 — one bad config fails its own cells, as before, not the grid
+            errors[path] = f"{type(e).__name__}: {e}"
+    return errors
 
 
 def load_config_module(name: str, config_dir: str = CONFIG_DIR):

@@ -134,7 +134,8 @@ def rows_section(entries: list[dict], table, replays: list[str] = (), replay_sum
          "the record's cell retrained at a later commit, every logged value compared).", ""]
     L += table(["rows", "budget / base", "commits (oldest first)", "what the cells compute"], body) if body else []
     if replays:
-        L += [f"Replays: {replay_summary}" if replay_summary else "Replays:", ""] + [f"- {line}" for line in replays] + [""]
+        L += [f"Replays: {replay_summary}" if replay_summary else "Replays:", ""]
+        L += [f"- {line}" for line in replays] + [""]
     return L
 
 

@@ -222,8 +222,8 @@ def hold_launch_code(cells: list[Cell], config_dir: str = CONFIG_DIR) -> dict[st
     """Imports every `mmjax` module and loads the config files `cells` build on, now: a Python process keeps what
     it imported, but `mmjax` imports some modules on first use (a task, an evaluator) and the grid reads a cell's
     config file when the cell starts, which in a grid of many hours would be the checkout of that hour while the
-    record names the launch commit. Returns {module: error} for modules that cannot be imported here (an optional
-    dependency missing; a cell that needs one fails as it would have)."""
+    record names the launch commit. Returns {module or config file: error} for what cannot be loaded here (an
+    optional dependency missing, a broken config: a cell that needs it fails as it would have)."""
     import importlib
     import pkgutil
 
@@ -236,8 +236,7 @@ def hold_launch_code(cells: list[Cell], config_dir: str = CONFIG_DIR) -> dict[st
             importlib.import_module(info.name)
         except ImportError as e:
             errors[info.name] = f"{type(e).__name__}: {e}"
-    hold_configs({cell.spec.config_file for cell in cells}, config_dir)
-    return errors
+    return {**errors, **hold_configs({cell.spec.config_file for cell in cells}, config_dir)}
 
 
 def run_grid(cells: list[Cell], out: str, budget: str, *, log=print, on_finished=None, clip_out: str = "",

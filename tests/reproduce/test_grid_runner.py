@@ -441,3 +441,6 @@ def test_a_grid_holds_the_code_and_configs_of_its_launch(tmp_path, monkeypatch):
     assert after.to_dict() == before.to_dict()
     with pytest.raises(RuntimeError, match="edited after the launch"):  # a directory nobody held: read now
         grid.build_config(cells[0], "converged", str(tmp_path / "out"), config_dir=str(fresh))
+    errors = runner.hold_launch_code(cells, str(fresh))  # a broken config is reported, not raised: its cells fail
+    assert sorted(errors) == sorted(str(fresh / f"{n}.py") for n in names)
+    assert all("edited after the launch" in e for e in errors.values())
