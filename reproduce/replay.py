@@ -117,7 +117,7 @@ def run(record_path: str, steps: int, out: str, *, at_record_commit: bool = Fals
     """Replays `record_path`'s cell for `steps` steps in `out` at the current checkout and, with
     `at_record_commit`, also at the record's own commit (a temporary git worktree in `out`); returns the replay
     record (module doc)."""
-    from reproduce.grid import SPECS
+    from reproduce.grid import SPEC_BY_NAME
     from reproduce.runner import code_version
     from mmjax.provenance import environment
     with open(record_path) as f:
@@ -125,7 +125,7 @@ def run(record_path: str, steps: int, out: str, *, at_record_commit: bool = Fals
     budget, cell, seed = record["budget"], record["name"], int(record["seed"])
     if not (record.get("curves") or {}).get("train"):
         raise ValueError(f"{record_path}: the record keeps no training curves to compare a replay with")
-    spec = next((sp for sp in SPECS if sp.name == cell), None)
+    spec = SPEC_BY_NAME.get(cell)
     if spec is not None and spec.needs_clip:
         raise ValueError(f"{record_path}: {cell} trains on a frozen base's features; replays cover retrieval cells")
     commit = (record.get("code") or {}).get("commit")
@@ -192,11 +192,8 @@ def _difference(cmp: dict) -> str:
 
 def sentence(replay: dict) -> str:
     """One line for the report: which record, which commits, what was equal, and what that attributes."""
+    from reproduce.runner import short_version as short
     rc, pc, cmp = replay.get("recorded_code") or {}, replay.get("replay_code") or {}, replay["comparison"]
-
-    def short(c):
-        return (c.get("commit") or "?")[:10] + ("+dirty" if c.get("dirty") else "")
-
     changes = environment_changes(replay.get("recorded_environment"), replay.get("replay_environment"))
     env = f" (environment since the record: {'; '.join(changes)})" if changes else " (same environment)"
     head = (f"{replay['cell']} seed {replay['seed']} ({replay['budget']}; recorded at {short(rc)}) replayed at "

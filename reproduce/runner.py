@@ -110,7 +110,8 @@ def machine_description() -> str:
     return desc
 
 
-def _short(version: dict) -> str:
+def short_version(version: dict) -> str:
+    """'<commit[:10]>[+dirty]' of a `code_version()` dict ('(no git)' without a commit)."""
     return (version.get("commit", "")[:10] or "(no git)") + ("+dirty" if version.get("dirty") else "")
 
 
@@ -169,8 +170,8 @@ def run_cell(cell: Cell, out: str, budget: str, clip_out: str = "", launch_code:
     t_eval = time.perf_counter() - t0 - t_train
     end_code = code_version()
     if end_code != launch_code:  # committed (or edited) while the process ran: the cell ran the launch version
-        notes.append(f"{CODE_MOVED_NOTE} {_short(launch_code)} (the grid's launch); the checkout was at "
-                     f"{_short(end_code)} when the cell ended")
+        notes.append(f"{CODE_MOVED_NOTE} {short_version(launch_code)} (the grid's launch); the checkout was at "
+                     f"{short_version(end_code)} when the cell ended")
     record = {
         "name": cell.name, "group": cell.spec.group, "label": cell.spec.label, "seed": cell.seed, "budget": budget,
         "budget_detail": budget_summary(config), "steps": steps,
