@@ -48,9 +48,10 @@
 # budget, so it shows the mechanics and the direction, not a verdict. Every sentence below that states a result is
 # printed from the numbers above it.
 #
-# *Wall time at full size: 7.7 min (463 s, executed with nbclient on 2026-12-06; 2 CPU cores, x86_64, jax CPU
-# backend), with the 1-minute load average at 4.1 → 6.5: two study runs shared the cores. Of it: 5.4 min for the
-# three heads, 82 s for the suites; §8 reads the committed records in under a second. The test size
+# *Wall time at full size: 3.1 min (188 s, executed with nbclient on 2026-12-06; 2 CPU cores, x86_64, jax CPU
+# backend), with the 1-minute load average at 1.8: nothing else held the cores. Of it: 118 s for the three heads,
+# 36 s for the suites; §8 reads the committed records in under a second. With two study runs sharing the cores it
+# took 7.7 min. The test size
 # (`MMJAX_NOTEBOOK_SMOKE=1`) takes under a minute.*
 
 # %%
