@@ -60,6 +60,9 @@ LONG_FACTOR = 5   # the long budget: 5 × the default training length (steps or 
 CONVERGED_EPOCHS = {"converged": 10, "converged_x2": 20}
 VALIDATIONS_PER_EPOCH = 2
 SELECT_METRIC = "semantic/rsum"   # the validation metric of the best checkpoint at the converged budgets
+# A converged cell also checkpoints every this many seconds: its 500-step cadence is ~25 min on two shared CPU cores,
+# and a stream stopped with its session (no SIGTERM) lost up to that much per cell. Operational: resume ignores it.
+CONVERGED_CHECKPOINT_S = 300.0
 # Every retrieval cell's test split is scored under each of these at the converged budgets (the common-score
 # sensitivity table), besides its own inference score; top-k with k = m = min(n_V, n_T) (4 here).
 COMMON_SCORES = ("maxmatch", "maxmatch_topk", "smooth_chamfer", "mil")
@@ -300,7 +303,8 @@ def build_config(cell: Cell, budget: str, out: str, *, config_dir: str = CONFIG_
         if c.task != "retrieval":
             raise ValueError(f"the {budget!r} budget is defined for the retrieval cells, not {cell.name!r}")
         c.train.update(num_epochs=CONVERGED_EPOCHS[budget], eval_every_epoch=True,
-                       evals_per_epoch=VALIDATIONS_PER_EPOCH, select_metric=SELECT_METRIC)
+                       evals_per_epoch=VALIDATIONS_PER_EPOCH, select_metric=SELECT_METRIC,
+                       checkpoint_every_s=CONVERGED_CHECKPOINT_S)
         # Validation scores only what selects the checkpoint: the cell's inference score, whole val split.
         c.val_evals = {"retrieval": {"type": "retrieval", "kinds": (inference_kind(spec.similarity),),
                                      "fold_counts": (1,)}}

@@ -118,6 +118,7 @@ def test_converged_budgets(budget, tmp_path):
         assert c.train.num_epochs == grid.CONVERGED_EPOCHS[budget] == {"converged": 10, "converged_x2": 20}[budget]
         assert c.train.evals_per_epoch == 2 and c.train.eval_every_epoch is True
         assert c.train.select_metric == "semantic/rsum"
+        assert c.train.checkpoint_every_s == grid.CONVERGED_CHECKPOINT_S > 0  # a killed stream loses ≤ 5 min
         assert c.val_evals.to_dict() == {"retrieval": {"type": "retrieval", "kinds": (own,), "fold_counts": (1,)}}
         kinds = c.evals.retrieval.kinds
         assert kinds[0] == own and set(grid.COMMON_SCORES) <= set(kinds) and len(set(kinds)) == len(kinds)
