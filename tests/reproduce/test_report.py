@@ -196,6 +196,26 @@ def test_a_report_without_converged_records_says_the_grid_is_still_running():
     assert "still running" not in md and "(no quick-budget records)" in md
 
 
+def test_the_status_names_the_runs_the_second_look_waits_for():
+    names = ("mil_divmmd", "sc_divmmd", "sh_divmmd", "sc_full", "sh_full", "pvse", "pvse_maxmatch", "setdiv", "vse")
+    full = [record(n, k, converged_metrics(n, 400.0 + k, 300.0 + k), budget="converged") for n in names
+            for k in range(3)]
+    rep = report.build_report(full, command="c")
+    md = report.render_markdown(rep)
+    why = {r["id"]: r["why"] for r in rep["rows"]["headline"]}
+    assert "| **not reproduced** |" in table_row(section(md, "MaxMatch claims (converged budget)"), "M1")  # Δ = 0
+    assert "the second look (seeds 0–4) waits for sc_divmmd seed 3, sc_divmmd seed 4, sh_divmmd seed 3, " \
+           "sh_divmmd seed 4" in why["M1"]
+    assert "First look done (seeds 0–2 of all 27 headline runs); the second look waits for 16 run(s).** M1" in md
+    # seeds 3–4 of M1's cells: M1 has had its second look and leaves the list; M2a (sc_full) still waits
+    more = [record(n, k, converged_metrics(n, 400.0 + k, 300.0 + k), budget="converged")
+            for n in ("sc_divmmd", "sh_divmmd") for k in (3, 4)]
+    rep = report.build_report(full + more, command="c")
+    why = {r["id"]: r["why"] for r in rep["rows"]["headline"]}
+    assert "undecided at 3 seeds, tested on 5" in why["M1"] and "waits for" not in why["M1"]
+    assert "waits for sc_divmmd seed 3" not in why["M2a"] and "sc_full seed 3" in why["M2a"]
+
+
 def test_long_budget_records_join_the_quick_and_headline_rows():
     longs = [dict(r, budget="long") for r in quick_records()
              if r["name"] in ("globalm_cimr", "flowclip_cimr") and r["seed"] < 2]
