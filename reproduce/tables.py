@@ -239,8 +239,15 @@ def power_section(rows: list[dict], table, *, seeds_planned: int = 5) -> list[st
     power at the observed spread, projected to `seeds_planned` seeds where the row is still at fewer, and where the
     source's own Δ falls against our interval."""
     body = []
+    # Each row, then its knob re-tests (same claim, a knob cell swapped in): where the declared cells cannot be
+    # tested (a collapsed baseline), a re-test is the one reading left, and whether it could see the source's Δ
+    # matters as much.
+    tests = []
     for r in rows:
-        c, res = r["claim"], r["result"]
+        tests.append((r["claim"], r["claim"].id, r["result"]))
+        tests += [(r["claim"], f"{r['claim'].id}, `{k['knob']}`", k) for k in r.get("knobs") or ()
+                  if k.get("verdict") != "missing"]
+    for c, rid, res in tests:
         n = res.get("n") or []
         n_text = "/".join(str(x) for x in n) or "–"
         se, df, alpha = res.get("se"), res.get("df"), res.get("alpha")
@@ -251,7 +258,7 @@ def power_section(rows: list[dict], table, *, seeds_planned: int = 5) -> list[st
             equal_n = len(set(n)) == 1 and n[0] >= 2
             later = (_num(power.mde(*power.at_seeds(se, df, n[0], seeds_planned), alpha))
                      if equal_n and n[0] < seeds_planned else "–")
-        body.append([c.id, f"**{res['verdict']}**", n_text, _num(se), _num(df, 1), now, later,
+        body.append([rid, f"**{res['verdict']}**", n_text, _num(se), _num(df, 1), now, later,
                      "–" if c.source_delta is None else f"{c.source_delta:+g}",
                      "–" if c.direction == "equal" else _vs_interval(c.source_delta, res.get("ci"))])
     return ["## What the tests could detect", "",
@@ -262,6 +269,7 @@ def power_section(rows: list[dict], table, *, seeds_planned: int = 5) -> list[st
             "MDE well above the source's Δ is a test that could not have seen an effect of the source's size; the "
             "source's Δ is measured on its own benchmark (Flickr30k RSUM, or the secondary source's circular "
             "variance), so it places the scale, not a value ShapesWorld must give. The equivalence row (S2) is "
-            "decided by its margin instead; M3 shows its weakest comparison.", ""] + table(
+            "decided by its margin instead; M3 shows its weakest comparison. A row's knob re-tests follow it, "
+            "named by the knob.", ""] + table(
         ["id", "verdict", "seeds", "SE", "ν", f"MDE ({power.POWER * 100:.0f} % power)",
          f"MDE at {seeds_planned} seeds", "source Δ", "source Δ vs our CI"], body)

@@ -52,7 +52,10 @@ def test_the_report_table_says_where_the_source_falls_and_skips_what_has_no_test
                                                "alpha": 0.0294, "ci": [-5.0, 6.0]}},
             {"claim": claims["S2"], "result": {"verdict": "reversed", "n": [3], "se": 0.2, "df": 2.0,
                                                "alpha": 0.0294, "ci": [10.0, 12.0]}},
-            {"claim": claims["B1"], "result": {"verdict": "untestable", "n": [1, 3]}},
+            {"claim": claims["B1"], "result": {"verdict": "untestable", "n": [1, 3]},
+             "knobs": [{"knob": "loss.lambda_con=0.5", "verdict": "not reproduced", "n": [3, 3], "se": 2.0,
+                        "df": 4.0, "alpha": 0.0294, "ci": [-6.0, 6.0]},
+                       {"knob": "loss.false_negatives='ignore'", "verdict": "missing"}]},
             {"claim": claims["M2a"], "result": {"verdict": "reversed", "n": [5, 5], "se": 1.0, "df": 8.0,
                                                 "alpha": 0.0294, "ci": [-9.0, -2.0]}}]
     text = "\n".join(tables.power_section(rows, tables.markdown_table))
@@ -62,4 +65,8 @@ def test_the_report_table_says_where_the_source_falls_and_skips_what_has_no_test
     assert f"| M1 | **not reproduced** | 3/3 | 2.00 | 4.0 | {m1:.2f} | {m1_5:.2f} | +1.66 | inside |" in text
     assert "| S2 | **reversed** | 3 | 0.20 | 2.0 | – | – |" in text            # decided by its margin
     assert "| B1 | **untestable** | 1/3 | – | – | – | – | +27.3 | – |" in text
+    # its knob re-test follows it (the source's +27.3 lies above the re-test's interval); a missing one does not
+    assert f"| B1, `loss.lambda_con=0.5` | **not reproduced** | 3/3 | 2.00 | 4.0 | {m1:.2f} | {m1_5:.2f} | +27.3 " \
+           "| above |" in text
+    assert "false_negatives" not in text
     assert f"| M2a | **reversed** | 5/5 | 1.00 | 8.0 | {power.mde(1.0, 8.0, 0.0294):.2f} | – | +4.53 | above |" in text
