@@ -7,6 +7,8 @@ report can show that no cell collapses when hardest negatives come in (reproduce
 |s_L|, the size of the local branch's contribution to the score, and their logit scale).
 `largest_val_drop(curves)` = max_i (max_{j ≤ i} v_j − v_i) over the validation RSUMs v: 0 for a curve that never
 falls, the size of the fall for a run that collapses after a peak.
+`plateau_step(curves)`: the first validation step from which every later validation RSUM is within `PLATEAU_WITHIN`
+of the run's best (where the curve levels off; the budget check).
 `collapse(curves)`: the run's best and last validation RSUM when the last is more than `COLLAPSE_DROP` below the best
 (the validity rule of docs/reproduction/protocol.md, change list 2026-12-04), else None.
 """
@@ -78,6 +80,25 @@ def largest_val_drop(curves: dict) -> float | None:
         best = max(best, v)
         drop = max(drop, best - v)
     return drop
+
+
+PLATEAU_WITHIN = 2.0   # RSUM (≈ 0.4 %; a flat curve's validations differ by ≈ 1): levelled off this close
+
+
+def plateau_step(curves: dict, within: float = PLATEAU_WITHIN) -> int | None:
+    """The first validation step from which every later validation RSUM (`val_key`) is within `within` of the best
+    one; None without validations."""
+    val = curves.get("val") or {}
+    points = [(s, v) for s, v in zip(val.get("step", []), val.get(val_key(curves), [])) if v is not None]
+    if not points:
+        return None
+    best = max(v for _, v in points)
+    first = points[-1][0]
+    for step, v in reversed(points):
+        if v < best - within:
+            break
+        first = step
+    return first
 
 
 # A run whose last validation RSUM is more than this fraction below its best collapsed: its best checkpoint is a

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from reproduce import archive, curves, figures, grid, report, runner
+from reproduce import archive, curves, figures, grid, report, runner, tables
 from tests.reproduce.helpers import PNG, converged_metrics, record, section, table_row
 
 
@@ -148,3 +148,33 @@ def test_cells_where_only_some_seeds_carry_curves(tmp_path, monkeypatch):
     assert "| 4.00 (n = 1) |" in table_row(grid_table, "S_H, Div+MMD+GD+ISD (MaxMatch)")
     assert report.write_report([r for r in recs if not r["curves"]], str(tmp_path / "none"),
                                command="c")["figures"].get("training_curves") is None
+
+
+def test_plateau_step_is_where_validation_stays_near_its_best():
+    def c(values, key="val/semantic/rsum"):
+        return {"val": {"step": [10 * (i + 1) for i in range(len(values))], key: values}}
+    assert curves.plateau_step(c([400.0, 450.0, 455.0, 457.0, 456.0, 457.5])) == 40   # 455 is 2.5 below 457.5
+    assert curves.plateau_step(c([400.0, 450.0, 455.0, 457.0, 456.0, 457.5]), within=3.0) == 30
+    assert curves.plateau_step(c([400.0, 420.0, 460.0])) == 30                          # still rising: the last
+    assert curves.plateau_step(c([450.0, 430.0, 449.0])) == 30                          # a dip resets it
+    assert curves.plateau_step(c([300.0, 310.0], key="val/rsum")) == 20                  # source RSUM when alone
+    assert curves.plateau_step({}) is None and curves.plateau_step(c([])) is None
+
+
+def test_the_budget_check_gives_where_each_run_levels_off_and_the_pair_at_both_budgets():
+    def run(name, budget, sem, epochs, vals):   # 4 validations at epochs/4, epochs/2, … of 100 steps per epoch
+        return record(name, 0, converged_metrics(name, sem, sem - 100), budget=budget,
+                      steps={"final": 100 * epochs, "best": 50 * epochs},
+                      curves={"val": {"step": [25 * epochs * (i + 1) for i in range(4)], "val/semantic/rsum": vals}})
+    recs = [run("sc_divmmd", "converged", 400.0, 10, [380.0, 399.0, 400.0, 400.5]),
+            run("sc_divmmd", "converged_x2", 410.0, 20, [380.0, 405.0, 409.5, 410.0]),
+            run("sh_full", "converged", 405.0, 10, [390.0, 404.0, 405.0, 405.0]),
+            run("sh_full", "converged_x2", 420.0, 20, [390.0, 410.0, 415.0, 420.0])]
+    text = "\n".join(tables.budget_check_section(report.build_report(recs, command="c"), tables.markdown_table))
+    assert table_row(text, "smooth-Chamfer, Div+MMD") == \
+        "| smooth-Chamfer, Div+MMD | 0 | 400.00 | 410.00 | 300.00 | 310.00 | 5.0 / 15.0 |"
+    assert table_row(text, "S_H, Div+MMD+GD+ISD (MaxMatch)").endswith("| 5.0 / 20.0 |")   # 20 ep: still rising
+    assert "sh_full − sc_divmmd, seed 0: Δ +5.00 at 10 epochs, +10.00 at 20 (semantic RSUM)" in text
+    no_curves = [dict(r, curves={}) for r in recs]
+    text = "\n".join(tables.budget_check_section(report.build_report(no_curves, command="c"), tables.markdown_table))
+    assert table_row(text, "smooth-Chamfer, Div+MMD").endswith("| – / – |")
