@@ -302,7 +302,8 @@ def decide(claim: Claim, cells: dict, *, protocol: str = "semantic", score: str 
            swap: dict | None = None, looks: str = "two") -> dict:
     """The claim's result on `cells` ({name: {seed: metrics}}): `looks='two'` is the headline procedure (seeds 0–2 at
     Pocock's level, then 0–4 for an undecided row when every cell has them; until every cell has seeds 0–2 the
-    verdict is 'inconclusive' and the test's own is `interim_verdict`); `'one'` tests all seeds each cell has
+    verdict is 'inconclusive' and the test's own is `interim_verdict`; a row undecided at the first look whose cells
+    lack seeds 3–4 lists those runs in `second_look_waits`); `'one'` tests all seeds each cell has
     once at α = 0.05 (the quick and long budgets). `swap` substitutes cells (a knob cell for its claim cell);
     `score` reads another retrieval score for an RSUM claim (the sensitivity table)."""
     names = tuple((swap or {}).get(c, c) for c in claim.cells)
@@ -318,7 +319,10 @@ def decide(claim: Claim, cells: dict, *, protocol: str = "semantic", score: str 
         # level Pocock's α no longer controls. The statistics show; the verdict waits for the look.
         return {**first, "verdict": "inconclusive", "interim_verdict": first["verdict"], "interim_seeds": have,
                 "cells": list(names)}
-    if first["verdict"] == "not reproduced" and all(set(SECOND_LOOK) <= set(cells.get(n) or {}) for n in names):
-        return {**_once(claim, cells, names, protocol, score, SECOND_LOOK, HEADLINE_ALPHA), "cells": list(names),
-                "first_look": first["verdict"]}
+    if first["verdict"] == "not reproduced":
+        waits = [f"{n} seed {k}" for n in names for k in SECOND_LOOK if k not in (cells.get(n) or {})]
+        if not waits:
+            return {**_once(claim, cells, names, protocol, score, SECOND_LOOK, HEADLINE_ALPHA), "cells": list(names),
+                    "first_look": first["verdict"]}
+        return {**first, "cells": list(names), "second_look_waits": waits}   # the runs the second look needs
     return {**first, "cells": list(names)}

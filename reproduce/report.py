@@ -132,9 +132,9 @@ def _why(row: dict, others: dict) -> str:
                      f"{row['result']['interim_verdict']}; the first look waits for seeds 0–2")
     if row["result"].get("first_look"):
         parts.append("undecided at 3 seeds, tested on 5")
-    if row.get("second_look_waits"):
+    if row["result"].get("second_look_waits"):
         parts.append("undecided at 3 seeds: the second look (seeds 0–4) waits for "
-                     + ", ".join(row["second_look_waits"]))
+                     + ", ".join(row["result"]["second_look_waits"]))
     src = (row.get("source_gt") or {}).get("verdict")
     if src and src != v:
         parts.append(f"source ground truth: {src}")
@@ -196,7 +196,6 @@ def build_report(records: list[dict], *, command: str, oracle_path: str = flowcl
             others[budget] = {r["id"]: r for r in claim_rows(cells[budget], headline + derived, looks="one",
                                                                   protocol=protocol, collapsed=collapsed[budget])}
     for r in rows["headline"] + rows["derived"]:
-        r["second_look_waits"] = _second_look_waits(r, cells.get(HEADLINE, {}))
         r["why"] = _why(r, others)
     for r in others.get(QUICK, {}).values():  # the quick rows: their knobs and the 10-epoch cells
         r["why"] = _why(r, {LONG: others.get(LONG, {})})
@@ -220,15 +219,6 @@ def build_report(records: list[dict], *, command: str, oracle_path: str = flowcl
             "replays": replay.load(replay_dir),
             "machines": _machines(records), "wall_s": {b: sum(r["wall_s"]["total"] for r in rs)
                                                        for b, rs in budgets.items()}}
-
-
-def _second_look_waits(row: dict, cells: dict) -> list[str]:
-    """The runs ('cell seed k') a row left undecided at the first look still needs for its second (seeds 0–4);
-    empty when the row is decided, waits for its first look, or has had its second."""
-    res = row["result"]
-    if res["verdict"] != "not reproduced" or res.get("first_look") or "interim_verdict" in res:
-        return []
-    return [f"{n} seed {k}" for n in res.get("cells", []) for k in C.SECOND_LOOK if k not in (cells.get(n) or {})]
 
 
 def _row_records(budgets: dict, rows: dict, fcstudy: dict | None) -> list[tuple[str, str, list[dict]]]:
@@ -264,9 +254,10 @@ def _status(report: dict) -> list[str]:
               "at 3 seeds are finished.** Rows with a missing cell say so; the verdicts of the others are final only "
               "once every row's cells have their seeds (docs/reproduction/protocol.md).", ""]
         return L
-    waiting = [r for r in report["rows"]["headline"] + report["rows"]["derived"] if r.get("second_look_waits")]
+    waiting = [r for r in report["rows"]["headline"] + report["rows"]["derived"]
+               if r["result"].get("second_look_waits")]
     if waiting:
-        runs = sorted({w for r in waiting for w in r["second_look_waits"]})
+        runs = sorted({w for r in waiting for w in r["result"]["second_look_waits"]})
         L += [f"**First look done (seeds 0–2 of all {expected[HEADLINE]} headline runs); the second look waits for "
               f"{len(runs)} run(s).** {', '.join(r['claim'].id for r in waiting)} are undecided at 3 seeds and are "
               f"tested again on seeds 0–4 once these finish: {', '.join(runs)}. Their verdicts below are the first "

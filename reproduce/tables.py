@@ -4,6 +4,8 @@ budget check and the quick (2-epoch) grid (`reproduce.report` assembles them). P
 
 from __future__ import annotations
 
+import itertools
+
 from reproduce import power, provenance
 from reproduce.curves import END_KEYS, PLATEAU_WITHIN, largest_val_drop, last_value, plateau_step
 from reproduce.grid import COMMON_SCORES, SPEC_BY_NAME, SPECS
@@ -146,14 +148,13 @@ def budget_check_section(report: dict, table) -> list[str]:
     L += table(["cell", "seed", "10 ep, semantic", "20 ep, semantic", "10 ep, source", "20 ep, source",
                 "levels off at epoch (10 ep / 20 ep)"], rows)
     pairs = []
-    names = [s.name for s in SPECS if s.name in x2]
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            for seed in sorted(set(x2[a]) & set(x2[b]) & set(conv.get(a) or {}) & set(conv.get(b) or {})):
-                d = [(cells[b][seed].get("rsum_sem"), cells[a][seed].get("rsum_sem")) for cells in (conv, x2)]
-                if all(None not in pair for pair in d):
-                    pairs.append(f"{b} − {a}, seed {seed}: Δ {d[0][0] - d[0][1]:+.2f} at 10 epochs, "
-                                 f"{d[1][0] - d[1][1]:+.2f} at 20 (semantic RSUM)")
+    for a, b in itertools.combinations([s.name for s in SPECS if s.name in x2], 2):
+        for seed in sorted(set(x2[a]) & set(x2[b]) & set(conv.get(a) or {}) & set(conv.get(b) or {})):
+            vals = [(at[a][seed].get("rsum_sem"), at[b][seed].get("rsum_sem")) for at in (conv, x2)]
+            if all(None not in v for v in vals):
+                (a10, b10), (a20, b20) = vals
+                pairs.append(f"{b} − {a}, seed {seed}: Δ {b10 - a10:+.2f} at 10 epochs, {b20 - a20:+.2f} at 20 "
+                             "(semantic RSUM)")
     return L + (["Between the check's cells: " + "; ".join(pairs) + ".", ""] if pairs else [])
 
 
