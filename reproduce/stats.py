@@ -138,6 +138,20 @@ def tost_p(test: TestResult, margin: float) -> float:
     return max(p_low, p_high)
 
 
+def one_seed_move_band(a, b, *, alpha: float = ALPHA) -> tuple[float, float] | None:
+    """Half-width of the (1 − α) band of a one-seed difference's move between two budgets under seed noise alone,
+    and its degrees of freedom: D = (b′ − a′) − (b − a), four independent runs of seed SD σ, so SD(D) = 2σ; σ is the
+    cells' pooled seed SD at the first budget, s_p² = ((n_a − 1)s_a² + (n_b − 1)s_b²)/ν, ν = n_a + n_b − 2, and the
+    band is ± t_{1−α/2, ν}·2·s_p. Runs that share a seed are correlated, which narrows the true band: this one
+    errs wide. None with fewer than 2 values in a cell or no spread."""
+    xa, xb = _finite(a), _finite(b)
+    if len(xa) < 2 or len(xb) < 2:
+        return None
+    df = len(xa) + len(xb) - 2
+    sp = math.sqrt(((len(xa) - 1) * xa.var(ddof=1) + (len(xb) - 1) * xb.var(ddof=1)) / df)
+    return (float(_st.t.ppf(1 - alpha / 2, df)) * 2 * sp, float(df)) if sp > 0 else None
+
+
 def pocock_alpha(looks: int, alpha: float = ALPHA) -> float:
     """Nominal per-look level of a Pocock group-sequential design with `looks` equally spaced analyses (overall
     type-I error `alpha`; two looks at α = 0.05: 0.0294 — Pocock 1977, Table 1)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from reproduce import power, provenance
+from reproduce import power, provenance, stats
 from reproduce.curves import END_KEYS, PLATEAU_WITHIN, largest_val_drop, last_value, plateau_step
 from reproduce.grid import COMMON_SCORES, SPEC_BY_NAME, SPECS
 from reproduce.metrics import CONDITIONS, summarize
@@ -149,13 +149,24 @@ def budget_check_section(report: dict, table) -> list[str]:
                 "levels off at epoch (10 ep / 20 ep)"], rows)
     pairs = []
     for a, b in itertools.combinations([s.name for s in SPECS if s.name in x2], 2):
+        band = stats.one_seed_move_band(*[[m.get("rsum_sem") for m in (conv.get(c) or {}).values()] for c in (a, b)])
         for seed in sorted(set(x2[a]) & set(x2[b]) & set(conv.get(a) or {}) & set(conv.get(b) or {})):
             vals = [(at[a][seed].get("rsum_sem"), at[b][seed].get("rsum_sem")) for at in (conv, x2)]
             if all(None not in v for v in vals):
                 (a10, b10), (a20, b20) = vals
+                move = (b20 - a20) - (b10 - a10)
                 pairs.append(f"{b} − {a}, seed {seed}: Δ {b10 - a10:+.2f} at 10 epochs, {b20 - a20:+.2f} at 20 "
-                             "(semantic RSUM)")
-    return L + (["Between the check's cells: " + "; ".join(pairs) + ".", ""] if pairs else [])
+                             "(semantic RSUM), a move of " + (f"{move:+.2f}" if band is None else
+                             f"{move:+.2f} against ±{band[0]:.2f} (ν = {band[1]:.0f}), "
+                             f"**{'beyond' if abs(move) > band[0] else 'within'}** the band"))
+    if not pairs:
+        return L
+    return L + ["Between the check's cells: " + "; ".join(pairs) + ". The band is where a one-seed Δ's move between "
+                "budgets falls 95 % of the time under seed noise alone (± t·2·s_p, s_p the two cells' pooled seed SD "
+                "at 10 epochs; `reproduce.stats.one_seed_move_band`). Declared before the second check run's test "
+                "result (docs/reproduction/protocol.md, stop 43): a move beyond the band says the 10-epoch budget "
+                "can change this comparison, and the headline rows are read with that caveat; within it, the check "
+                "sees no move larger than one seed's noise, which a smaller real move could hide in.", ""]
 
 
 def _plateau_epoch(record: dict | None) -> str:

@@ -174,7 +174,17 @@ def test_the_budget_check_gives_where_each_run_levels_off_and_the_pair_at_both_b
     assert table_row(text, "smooth-Chamfer, Div+MMD") == \
         "| smooth-Chamfer, Div+MMD | 0 | 400.00 | 410.00 | 300.00 | 310.00 | 5.0 / 15.0 |"
     assert table_row(text, "S_H, Div+MMD+GD+ISD (MaxMatch)").endswith("| 5.0 / 20.0 |")   # 20 ep: still rising
-    assert "sh_full − sc_divmmd, seed 0: Δ +5.00 at 10 epochs, +10.00 at 20 (semantic RSUM)" in text
+    assert "sh_full − sc_divmmd, seed 0: Δ +5.00 at 10 epochs, +10.00 at 20 (semantic RSUM), a move of +5.00" in text
+    # seeds 1–2 at 10 epochs give the cells' seed SD: s_p = 1 (ν = 4), band ± t_{0.975, 4}·2 = ±5.55
+    more = [record(n, s, converged_metrics(n, v, v - 100), budget="converged")
+            for n, vals in (("sc_divmmd", (399.0, 401.0)), ("sh_full", (404.0, 406.0))) for s, v in zip((1, 2), vals)]
+    text = "\n".join(tables.budget_check_section(report.build_report(recs + more, command="c"), tables.markdown_table))
+    assert "a move of +5.00 against ±5.55 (ν = 4), **within** the band" in text
+    m = converged_metrics("sh_full", 430.0, 330.0)
+    wide = [dict(r, metrics={"best": m, "final": m}) if (r["budget"], r["name"]) == ("converged_x2", "sh_full") else r
+            for r in recs]
+    text = "\n".join(tables.budget_check_section(report.build_report(wide + more, command="c"), tables.markdown_table))
+    assert "a move of +15.00 against ±5.55 (ν = 4), **beyond** the band" in text
     no_curves = [dict(r, curves={}) for r in recs]
     text = "\n".join(tables.budget_check_section(report.build_report(no_curves, command="c"), tables.markdown_table))
     assert table_row(text, "smooth-Chamfer, Div+MMD").endswith("| – / – |")

@@ -144,3 +144,21 @@ def test_too_few_values_or_no_spread_are_inconclusive():
     with pytest.raises(ValueError, match="one entry per seed"):
         stats.paired_test([1.0], [1.0, 2.0])
     assert stats.pocock_alpha(2) == 0.0294 and stats.pocock_alpha(1) == stats.ALPHA
+
+
+def test_one_seed_move_band_covers_a_null_move_at_its_level():
+    """By hand on one case, then by simulation: no budget effect, four independent runs and 3 seeds per cell to
+    estimate σ; the move D = (b′ − a′) − (b − a) falls outside ± the band α of the time (an exact prediction interval:
+    pooled s_p with ν = 4 is independent of the four new runs)."""
+    a, b = [1.0, 2.0, 3.0], [2.0, 4.0, 6.0]
+    half, df = stats.one_seed_move_band(a, b)
+    assert df == 4 and half == pytest.approx(st.t.ppf(0.975, 4) * 2 * np.sqrt((1.0 * 2 + 4.0 * 2) / 4))
+    assert stats.one_seed_move_band([1.0], b) is None and stats.one_seed_move_band([1.0, 1.0], [2.0, 2.0]) is None
+    rng = np.random.default_rng(11)
+    outside = 0
+    for _ in range(DRAWS // 4):
+        half, _ = stats.one_seed_move_band(rng.normal(0, 2.0, 3), rng.normal(5, 2.0, 3))
+        move = np.diff(rng.normal(0, 2.0, 2))[0] - np.diff(rng.normal(0, 2.0, 2))[0]
+        outside += abs(move) > half
+    se = np.sqrt(stats.ALPHA * (1 - stats.ALPHA) / (DRAWS // 4))
+    assert abs(outside / (DRAWS // 4) - stats.ALPHA) <= 3 * se
