@@ -121,8 +121,31 @@ def knob_section(report: dict, table) -> list[str]:
     L += ["Each knob cell changes one reading of what the source leaves unstated (docs/reproduction/protocol.md), "
           "everything else as its claim cell; every claim row with such a cell is re-tested with it ('why' column "
           "above). RSUM: semantic at the converged budget, source at the 2-epoch one.", ""]
-    return L + table(["budget", "knob cell", "change", "seeds (claim cell / knob)", "RSUM claim cell", "RSUM knob",
-                      "ln CV claim cell", "ln CV knob"], rows)
+    L += table(["budget", "knob cell", "change", "seeds (claim cell / knob)", "RSUM claim cell", "RSUM knob",
+                "ln CV claim cell", "ln CV knob"], rows)
+    return L + _knob_verdicts(report, table)
+
+
+def _knob_verdicts(report: dict, table) -> list[str]:
+    """Per knob, the headline rows re-tested with it: the headline verdict beside the knob's (the question each
+    knob asks in the protocol: does a row depend on the reading?). A knob verdict that differs and is not
+    'inconclusive' is a row that depends on the reading."""
+    by_knob: dict = {}
+    for r in (report.get("rows") or {}).get("headline") or ():
+        for k in r.get("knobs") or ():
+            by_knob.setdefault(k["knob"], []).append((r["id"], r["result"]["verdict"], k["verdict"]))
+    if not by_knob:
+        return []
+    rows = []
+    for knob, got in by_knob.items():
+        moved = [i for i, v, kv in got if kv != v and kv not in ("inconclusive", "missing")]
+        rows.append([f"`{knob}`", "; ".join(f"{i}: {v} → {kv}" for i, v, kv in got),
+                     ", ".join(moved) if moved else
+                     ("none" if all(kv not in ("inconclusive", "missing") for _, _, kv in got)
+                      else "none yet (some re-tests inconclusive: too few knob seeds)")])
+    return ["Headline rows under each knob (converged budget): the row's verdict → its verdict with the knob's cells "
+            "swapped in, same rule and looks.", ""] + table(["knob", "rows: headline → with the knob",
+                                                               "rows whose verdict the knob changes"], rows)
 
 
 def budget_check_section(report: dict, table) -> list[str]:

@@ -147,6 +147,9 @@ def test_every_section_and_table(written):
     knobs = section(md, "Readings of unstated defaults (knob cells)")
     assert (f"| converged | smooth-Chamfer, Div+MMD+GD+ISD (reading B) | `{grid.READING_B_KNOB}` | 3 / 3 | "
             "390.00 ± 1.00 | 405.00 ± 1.00 | -3.000 ± 0.100 | -2.800 ± 0.100 |") in knobs
+    reading_b = table_row(knobs.split("Headline rows under each knob")[1], f"`{grid.READING_B_KNOB}`")
+    assert "M2a: reversed → reproduced" in reading_b and "M2b: not reproduced → reproduced" in reading_b
+    assert reading_b.split(" | ")[-1].startswith("M2a, M2b")   # the rows whose verdict reading B changes
     check = section(md, "Budget check: 10 against 20 epochs")
     assert "| smooth-Chamfer, Div+MMD | 0 | 399.00 | 402.00 | 299.00 | 302.00 |" in check
     assert "| S_H, Div+MMD+GD+ISD (MaxMatch) | 0 | 410.50 | 415.00 | 300.50 | 295.00 |" in check
