@@ -19,18 +19,23 @@ def _commands():
 
 def test_every_command_parses_and_its_cells_build(tmp_path):
     commands = _commands()
-    assert len(commands) == 9
-    outs = {}
+    assert len(commands) == 11
+    outs, runs = {}, []
     for argv in commands:
         args = parse_args(argv + ["--archive", "docs/reproduction/records", "--no-report"])
         cells = grid.make_grid(args.seeds, args.cells.split(","), first_seed=args.first_seed)
         outs.setdefault(args.out, set()).add(args.budget)
         for cell in cells:
+            if cell.spec.only_seed is None:   # a Flow-CLIP base its heads share comes with each head's command
+                runs.append((cell.name, cell.seed, args.budget))
             study = cell.spec.group == "fcstudy"
             assert study == (args.budget in grid.FLOWCLIP_STUDY_BUDGETS), (argv, cell.name)
             grid.build_config(cell, args.budget, str(tmp_path / re.sub(r"\W", "_", args.out)))
     # One budget per output directory (a directory refuses another budget's cells).
     assert all(len(b) == 1 for b in outs.values()), outs
+    assert len(runs) == len(set(runs)), "a cell, seed and budget named twice would train twice"
+    assert {n for n, _, b in runs if b == "converged" and n.endswith("_fn")} == \
+        {"vse_fn", "setdiv_fn", "pvse_fn", "pvse_maxmatch_fn", "sh_full_fn"}   # the protocol's last runs
 
 
 def test_unknown_stream_is_refused():
