@@ -136,13 +136,13 @@ def _knob_verdicts(report: dict, table) -> list[str]:
             by_knob.setdefault(k["knob"], []).append((r["id"], r["result"]["verdict"], k["verdict"]))
     if not by_knob:
         return []
+    undecided = ("inconclusive", "missing")
     rows = []
     for knob, got in by_knob.items():
-        moved = [i for i, v, kv in got if kv != v and kv not in ("inconclusive", "missing")]
+        moved = ", ".join(i for i, v, kv in got if kv != v and kv not in undecided)
+        pending = any(kv in undecided for *_, kv in got)
         rows.append([f"`{knob}`", "; ".join(f"{i}: {v} → {kv}" for i, v, kv in got),
-                     ", ".join(moved) if moved else
-                     ("none" if all(kv not in ("inconclusive", "missing") for _, _, kv in got)
-                      else "none yet (some re-tests inconclusive: too few knob seeds)")])
+                     moved or ("none yet (some re-tests inconclusive: too few knob seeds)" if pending else "none")])
     return ["Headline rows under each knob (converged budget): the row's verdict → its verdict with the knob's cells "
             "swapped in, same rule and looks.", ""] + table(["knob", "rows: headline → with the knob",
                                                                "rows whose verdict the knob changes"], rows)
