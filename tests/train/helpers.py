@@ -1,8 +1,11 @@
 """Shared helpers for the training tests: configs, subprocess runs with simulated devices, exported params."""
 
 import os
+import random
+import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -23,6 +26,51 @@ def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, ch
         raise AssertionError(f"command {args} failed with {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
                              f"stderr:\n{proc.stderr[-6000:]}")
     return proc
+
+
+def coordinator_port() -> int:
+    """A free localhost port for a `jax.distributed` coordinator, below the kernel's ephemeral range.
+
+    A port from bind(0) is ephemeral: before the coordinator binds it (seconds later, after imports and data), the
+    kernel may hand it to an outgoing connection, or a worker retrying its connect to the unbound port may be given it
+    as its own source port and connect to itself (TCP self-connect). Either leaves the run waiting forever. Ports below
+    the ephemeral range are never handed out that way; one is probed by binding it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except OSError:  # not Linux: the IANA ephemeral range starts at 49152
+        low = 49152
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [10000, {low}) after 100 tries")
+
+
+def communicate_all(procs, timeout: float):
+    """Waits for every process within one shared `timeout`; on expiry kills those still running and fails with each
+    process's output tail (a hung collective shows which process waited where). Returns [(stdout, stderr)]."""
+    deadline = time.monotonic() + timeout
+    outs, expired = [], False
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=None if expired else max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            expired = True
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+            outs.append(p.communicate())  # after the kill: what it had written
+    if expired:
+        tails = [f"process {i} (exit {p.returncode}):\nstdout:\n{o[-2000:]}\nstderr:\n{e[-4000:]}"
+                 for i, (p, (o, e)) in enumerate(zip(procs, outs))]
+        raise AssertionError(f"processes still running after {timeout:.0f} s were killed\n" + "\n".join(tails))
+    return outs
 
 
 def train_cmd(config: str, workdir: str, *overrides: str):

@@ -22,8 +22,8 @@ import pytest
 
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
-from tests.train.helpers import (REPO, compile_cache_env, exported_leaves, kill_events, kill_worker_cmd,
-                                 run_python, train_cmd)
+from tests.train.helpers import (REPO, communicate_all, compile_cache_env, coordinator_port, exported_leaves,
+                                 kill_events, kill_worker_cmd, run_python, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 COMMON = ("--config.train.num_steps=10", "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
@@ -164,13 +164,13 @@ print("AGREE", agree(STOP if pid == 1 else 0), agree(TIME_DUE if pid == 0 else 0
 
 @pytest.mark.slow
 def test_processes_agree_on_a_stop_requested_by_one_of_them(tmp_path):
-    port = 20000 + os.getpid() % 20000
+    port = coordinator_port()
     script = tmp_path / "agree_worker.py"
     script.write_text(AGREE_WORKER)
     env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
     procs = [subprocess.Popen([sys.executable, str(script), f"127.0.0.1:{port}", str(i)], env=env, cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=240) for p in procs]
+    outs = communicate_all(procs, timeout=240)
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
         assert "AGREE 1 2 0" in out, (out, err[-1000:])
