@@ -31,10 +31,11 @@ def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, ch
 def coordinator_port() -> int:
     """A free localhost port for a `jax.distributed` coordinator, below the kernel's ephemeral range.
 
-    A port from bind(0) is ephemeral: before the coordinator binds it (seconds later, after imports and data), the
-    kernel may hand it to an outgoing connection, or a worker retrying its connect to the unbound port may be given it
-    as its own source port and connect to itself (TCP self-connect). Either leaves the run waiting forever. Ports below
-    the ephemeral range are never handed out that way; one is probed by binding it."""
+    A port from bind(0) is released at once and is ephemeral: in the seconds before the coordinator binds it (imports,
+    data), any other bind(0) on the machine may be handed it, e.g. a gloo or gRPC listener of a test in the other
+    xdist worker (gRPC binds with SO_REUSEPORT, so two listeners can share it and split the connections); a worker
+    then waits on the wrong peer. The kernel never hands out ports below the ephemeral range; one is probed by
+    binding it."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
