@@ -7,8 +7,7 @@
 # Global-M heads at 2E, then base R's Flow-CLIP heads), then #24 (stream a: the baselines' seeds, the budget check,
 # seeds 3-4 of the undecided ablation rows; stream b: the L_con cells, then reading B and cosine units; last, the
 # false-negative cells, split between the streams).
-# After each finished cell: python -m reproduce --report-only --archive docs/reproduction/records --out workdir/report
-# --publish docs/reproduction.md, and commit docs/reproduction.
+# After each finished cell: bash scripts/publish_study_records.sh "<cell> seed <n>" (republishes the report, commits).
 set -eu
 cd "$(dirname "$0")/.."
 stream=${1:?usage: study_streams.sh a|b}

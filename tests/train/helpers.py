@@ -41,9 +41,8 @@ def coordinator_port() -> int:
             low = int(f.read().split()[0])
     except OSError:  # not Linux: the IANA ephemeral range starts at 49152
         low = 49152
-    rng = random.Random()
     for _ in range(100):
-        port = rng.randrange(10000, low)
+        port = random.randrange(10000, low)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
