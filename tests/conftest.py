@@ -7,11 +7,13 @@ would otherwise change float32 matmuls). Tests that need several devices run a w
 
 The subprocesses the tests start (train.py runs, multi-device workers, notebook kernels) share one persistent XLA
 compilation cache, a fresh directory per pytest session (made by the first process that imports this file — under
-xdist the controller, whose environment both workers inherit — and removed at its exit): dozens of them train the
-same smoke config, and a cached train step loads in a fraction of its compile time (smoke train.py 29 → 12 s). Cached
+xdist the controller, whose environment both workers inherit — and removed at its exit): many of them train the
+smoke config, and a cached train step loads in a fraction of its compile time (smoke train.py 29 → 12 s) — for the
+same program only: an outcome field such as `train.num_steps` (the LR schedule's length) makes a new one. Cached
 executables are the compiled ones, bit for bit (tests/train/test_resume.py checks that a run resumed from cached
-executables ends bitwise equal to a fresh one). The variables are set after this process imported jax, so the
-in-process tests compile as before; a cache directory the caller already set is kept.
+executables ends bitwise equal to a fresh one). The variables are set after this process imported jax, so without
+xdist (`-n 0`) the in-process tests compile as before; xdist workers import jax with the variables already set, so
+their in-process tests share the cache too. A cache directory the caller already set is kept.
 """
 
 import atexit
