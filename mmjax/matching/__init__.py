@@ -282,7 +282,7 @@ def _solve_with_aux(scores, method, mask, *, pad_penalty="auto", auction=None, s
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)):
         return _solve_core(*arrays, **static)  # inside the caller's trace (jit, vmap, grad): its graph, as before
     # An eager call: the solver compiled as one program per shape and options. Op by op, a K = 9 auction took
-    # 5.7 s per call on the 2-core CPU (its loops re-traced each time); compiled, the second call takes ~1 ms.
+    # 5.7 s per call on the 2-core CPU (its loops re-traced each time); compiled, a repeated call takes ~2 ms.
     return _solve_core_jit(*arrays, **static)
 
 
