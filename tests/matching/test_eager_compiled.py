@@ -16,14 +16,15 @@ def _blocks(seed, shape):
 @pytest.mark.parametrize("method", ["auction", "hungarian", "enumerate"])
 def test_repeated_eager_calls_compile_once_and_equal_jit(method):
     compiled = matching._solve_core_jit
-    a, b = _blocks(0, (6, 5, 5)), _blocks(1, (6, 5, 5))
+    # A shape no other test uses, so the first call must add exactly one compiled program.
+    a, b = _blocks(0, (3, 6, 7)), _blocks(1, (3, 6, 7))
+    mask = (np.ones((3, 6), bool), np.ones((3, 7), bool))
     before = compiled._cache_size()
-    cols_a, aux_a = matching.solve_with_aux(a, method, mask=(np.ones((6, 5), bool), np.ones((6, 5), bool)))
-    after_first = compiled._cache_size()
-    matching.solve_with_aux(b, method, mask=(np.ones((6, 5), bool), np.ones((6, 5), bool)))
-    assert after_first <= before + 1 and compiled._cache_size() == after_first  # same shape and options: reused
-    jitted = jax.jit(lambda x: matching.solve_with_aux(x, method, mask=(np.ones((6, 5), bool),
-                                                                         np.ones((6, 5), bool))))(a)
+    cols_a, aux_a = matching.solve_with_aux(a, method, mask=mask)
+    assert compiled._cache_size() == before + 1
+    matching.solve_with_aux(b, method, mask=mask)
+    assert compiled._cache_size() == before + 1  # same shape and options: the compiled program is reused
+    jitted = jax.jit(lambda x: matching.solve_with_aux(x, method, mask=mask))(a)
     np.testing.assert_array_equal(np.asarray(cols_a), np.asarray(jitted[0]))
     for key, value in aux_a.items():
         np.testing.assert_array_equal(np.asarray(value), np.asarray(jitted[1][key]), err_msg=key)
