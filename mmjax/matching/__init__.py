@@ -275,15 +275,23 @@ def _solve_with_aux(scores, method, mask, *, pad_penalty="auto", auction=None, s
     static = dict(method=method, unmasked=mask is None, pad_penalty=pad_penalty,
                   auction=tuple(sorted((auction or {}).items())))
     arrays = (scores, row_valid, col_valid, cell_valid, inexact)
-    try:
-        hash(tuple(static.values()))
-    except TypeError:  # an option value jit cannot key on (a pad_penalty array): solved op by op
+    # Inside the caller's trace (jit, vmap, grad) the solver joins its graph, as before; so does an option value jit
+    # cannot key on (a pad_penalty array), solved op by op.
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
+    if traced or not _hashable(tuple(static.values())):
         return _solve_core(*arrays, **static)
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays)):
-        return _solve_core(*arrays, **static)  # inside the caller's trace (jit, vmap, grad): its graph, as before
     # An eager call: the solver compiled as one program per shape and options. Op by op, a K = 9 auction took
     # 5.7 s per call on the 2-core CPU (its loops re-traced each time); compiled, a repeated call takes ~2 ms.
     return _solve_core_jit(*arrays, **static)
+
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _solve_core(scores, row_valid, col_valid, cell_valid, inexact, *, method, unmasked, pad_penalty, auction):
