@@ -17,7 +17,7 @@ import pytest
 from mmjax.train.checkpoint import (CheckpointCorruptError, CheckpointError, Checkpointer, CheckpointWarning,
                                     CheckpointWriteError, tree_checksums)
 from mmjax.train.logging import MetricWriter, read_metrics
-from tests.train.helpers import compile_cache_env, kill_worker_cmd, run_python
+from tests.train.helpers import kill_worker_cmd, run_python
 
 
 def _state(seed):
@@ -197,21 +197,16 @@ def test_metric_writer_drops_rows_after_the_resumed_step(tmp_path):
 
 # ------------------------------------------------------------------------------------------ through the loop
 
-CONFIG = "configs/maxmatch_shapes.py:smoke"
-
-
-@pytest.fixture(scope="module")
-def cache_env(tmp_path_factory):
-    return compile_cache_env(str(tmp_path_factory.mktemp("xla_cache")))
+CONFIG = "configs/maxmatch_shapes.py:smoke"  # 10 steps, as in test_preemption.py: the same train step program
 
 
 @pytest.mark.slow
-def test_unwritable_checkpoint_directory_mid_run_stops_at_the_next_save(tmp_path, cache_env):
+def test_unwritable_checkpoint_directory_mid_run_stops_at_the_next_save(tmp_path):
     workdir = str(tmp_path / "run")
     proc = run_python(kill_worker_cmd(CONFIG, workdir, "unwritable@checkpoint_committed", 2,
-                                      "--config.train.num_steps=8", "--config.train.checkpoint_every=2",
+                                      "--config.train.num_steps=10", "--config.train.checkpoint_every=2",
                                       "--config.train.eval_every=0", "--config.train.log_every=1"),
-                      env_extra=cache_env, check=False, timeout=300)
+                      check=False, timeout=300)
     assert proc.returncode != 0
     assert "CheckpointWriteError" in proc.stderr and os.path.join(workdir, "checkpoints") in proc.stderr, \
         proc.stderr[-3000:]
@@ -221,13 +216,13 @@ def test_unwritable_checkpoint_directory_mid_run_stops_at_the_next_save(tmp_path
 
 
 @pytest.mark.slow
-def test_non_finite_loss_before_any_checkpoint_says_so(tmp_path, cache_env):
+def test_non_finite_loss_before_any_checkpoint_says_so(tmp_path):
     workdir = str(tmp_path / "nan")
     proc = run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, "--config.optim.name=sgd",
                                       "--config.optim.lr=1e30", "--config.optim.clip_norm=0",
                                       "--config.train.log_every=1", "--config.train.num_steps=6",
                                       "--config.train.checkpoint_every=100", "--config.train.eval_every=0"),
-                      env_extra=cache_env, check=False)
+                      check=False)
     assert proc.returncode != 0 and "NonFiniteLossError" in proc.stderr, proc.stderr[-3000:]
     message = proc.stderr[proc.stderr.index("NonFiniteLossError"):]
     assert "None" not in message.splitlines()[0] and "no checkpoint has been written yet" in message

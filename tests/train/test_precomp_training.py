@@ -78,7 +78,7 @@ def test_glove_initialises_word_embeddings(tmp_path):
     glove.write_text("".join(w + " " + " ".join(f"{x:.6f}" for x in v) + "\n" for w, v in vectors.items()))
     workdir = str(tmp_path / "run")
     run_python(train_cmd("configs/maxmatch_shapes.py:smoke", workdir, f"--config.model.text.glove_path={glove}",
-                         "--config.train.num_steps=2", "--config.train.eval_every=0"))
+                         "--config.train.eval_every=0"))  # the smoke config's 6 steps: test_end_to_end's program
     tok = shapesworld.ShapesWorld(shapesworld.ShapesWorldConfig.from_preset("tiny", max_len=20)).tokenizer()
     table = np.asarray(load_exported(workdir)[0]["params"]["text_tower"]["word_embed"]["embedding"])
     for w in ("red", "circle", "above"):

@@ -22,26 +22,23 @@ import pytest
 
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
-from tests.train.helpers import (REPO, communicate_all, compile_cache_env, coordinator_port, exported_leaves,
+from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves,
                                  kill_events, kill_worker_cmd, run_python, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
+# Every bounded run here and in test_checkpoint.py takes 10 steps: the LR schedule's length is part of the compiled
+# train step, so one step count is one program, compiled once into the session's shared cache (conftest.py).
 COMMON = ("--config.train.num_steps=10", "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
           "--config.train.log_every=1")
 
 
-@pytest.fixture(scope="module")
-def cache_env(tmp_path_factory):
-    return compile_cache_env(str(tmp_path_factory.mktemp("xla_cache")))
-
-
 @pytest.mark.slow
-def test_sigterm_saves_the_step_exits_75_and_the_restart_is_bitwise_equal(tmp_path, cache_env):
+def test_sigterm_saves_the_step_exits_75_and_the_restart_is_bitwise_equal(tmp_path):
     reference = str(tmp_path / "uninterrupted")
-    run_python(kill_worker_cmd(CONFIG, reference, "none", 0, *COMMON), env_extra=cache_env)
+    run_python(kill_worker_cmd(CONFIG, reference, "none", 0, *COMMON))
     workdir = str(tmp_path / "preempted")
     t0 = time.time()
-    proc = run_python(kill_worker_cmd(CONFIG, workdir, "sigterm@step", 6, *COMMON), env_extra=cache_env,
+    proc = run_python(kill_worker_cmd(CONFIG, workdir, "sigterm@step", 6, *COMMON),
                       check=False)
     assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
     assert "stopped by SIGTERM after step 7" in proc.stdout, proc.stdout[-2000:]  # the step in flight finished
@@ -51,7 +48,7 @@ def test_sigterm_saves_the_step_exits_75_and_the_restart_is_bitwise_equal(tmp_pa
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     assert max(r["step"] for r in rows) == 7  # nothing logged after the stop
 
-    proc = run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, *COMMON), env_extra=cache_env)
+    proc = run_python(kill_worker_cmd(CONFIG, workdir, "none", 0, *COMMON))
     assert "resumed from step 7" in proc.stdout and "this run started at step 7" in proc.stdout
     ref, resumed = exported_leaves(reference), exported_leaves(workdir)
     assert sorted(ref) == sorted(resumed)
@@ -61,12 +58,12 @@ def test_sigterm_saves_the_step_exits_75_and_the_restart_is_bitwise_equal(tmp_pa
 
 
 @pytest.mark.slow
-def test_train_py_turns_sigterm_into_exit_75_with_a_checkpoint(tmp_path, cache_env):
+def test_train_py_turns_sigterm_into_exit_75_with_a_checkpoint(tmp_path):
     """The command a cluster runs: `train.py` itself (not the test worker) saves on SIGTERM, says how to resume and
     exits with EXIT_PREEMPTED, without a traceback."""
     workdir = tmp_path / "run"
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
-               HF_HUB_OFFLINE="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **cache_env)
+               HF_HUB_OFFLINE="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, *train_cmd(CONFIG, str(workdir), "--config.train.num_steps=100000",
                                                         "--config.train.checkpoint_every=100000",
                                                         "--config.train.log_every=1")],
@@ -130,13 +127,12 @@ def test_a_second_run_in_a_busy_workdir_refuses_within_seconds(tmp_path):
 
 
 @pytest.mark.slow
-def test_time_based_checkpoints(tmp_path, cache_env):
+def test_time_based_checkpoints(tmp_path):
     """checkpoint_every = 1000 would save only the last step; checkpoint_every_s = 1e-3 saves after every step."""
-    proc = run_python(kill_worker_cmd(CONFIG, str(tmp_path / "run"), "none", 0, "--config.train.num_steps=4",
+    proc = run_python(kill_worker_cmd(CONFIG, str(tmp_path / "run"), "none", 0, *COMMON,
                                       "--config.train.checkpoint_every=1000", "--config.train.checkpoint_every_s=0.001",
-                                      "--config.train.eval_every=0", "--config.train.log_every=1"),
-                      env_extra=cache_env)
-    assert [s for e, s in kill_events(proc.stdout) if e == "checkpoint"] == [1, 2, 3, 4]
+                                      "--config.train.eval_every=0"))
+    assert [s for e, s in kill_events(proc.stdout) if e == "checkpoint"] == list(range(1, 11))
 
 
 def test_stop_signals_record_the_signal_and_restore_the_handlers():
