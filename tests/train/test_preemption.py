@@ -22,12 +22,12 @@ import pytest
 
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
-from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves,
-                                 kill_events, kill_worker_cmd, run_python, train_cmd)
+from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, kill_events,
+                                 kill_worker_cmd, run_python, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 # Every bounded run here and in test_checkpoint.py takes 10 steps: the LR schedule's length is part of the compiled
-# train step, so one step count is one program, compiled once into the session's shared cache (conftest.py).
+# train step, so one step count is one program, which the session's shared compile cache (conftest.py) then holds.
 COMMON = ("--config.train.num_steps=10", "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
           "--config.train.log_every=1")
 
@@ -38,8 +38,7 @@ def test_sigterm_saves_the_step_exits_75_and_the_restart_is_bitwise_equal(tmp_pa
     run_python(kill_worker_cmd(CONFIG, reference, "none", 0, *COMMON))
     workdir = str(tmp_path / "preempted")
     t0 = time.time()
-    proc = run_python(kill_worker_cmd(CONFIG, workdir, "sigterm@step", 6, *COMMON),
-                      check=False)
+    proc = run_python(kill_worker_cmd(CONFIG, workdir, "sigterm@step", 6, *COMMON), check=False)
     assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
     assert "stopped by SIGTERM after step 7" in proc.stdout, proc.stdout[-2000:]  # the step in flight finished
     assert os.path.isdir(os.path.join(workdir, "checkpoints", "7"))  # 7 is no multiple of checkpoint_every
