@@ -11,6 +11,10 @@ import jax
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The bounded smoke runs of test_preemption.py and test_checkpoint.py all take this many steps: the LR schedule's
+# length is part of the compiled train step, so one step count is one program, which the session's shared compile
+# cache (tests/conftest.py) then holds for every run.
+SHARED_STEPS = "--config.train.num_steps=10"
 
 
 def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True):

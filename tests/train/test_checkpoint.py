@@ -17,7 +17,7 @@ import pytest
 from mmjax.train.checkpoint import (CheckpointCorruptError, CheckpointError, Checkpointer, CheckpointWarning,
                                     CheckpointWriteError, tree_checksums)
 from mmjax.train.logging import MetricWriter, read_metrics
-from tests.train.helpers import kill_worker_cmd, run_python
+from tests.train.helpers import SHARED_STEPS, kill_worker_cmd, run_python
 
 
 def _state(seed):
@@ -197,14 +197,14 @@ def test_metric_writer_drops_rows_after_the_resumed_step(tmp_path):
 
 # ------------------------------------------------------------------------------------------ through the loop
 
-CONFIG = "configs/maxmatch_shapes.py:smoke"  # 10 steps, as in test_preemption.py: the same train step program
+CONFIG = "configs/maxmatch_shapes.py:smoke"
 
 
 @pytest.mark.slow
 def test_unwritable_checkpoint_directory_mid_run_stops_at_the_next_save(tmp_path):
     workdir = str(tmp_path / "run")
     proc = run_python(kill_worker_cmd(CONFIG, workdir, "unwritable@checkpoint_committed", 2,
-                                      "--config.train.num_steps=10", "--config.train.checkpoint_every=2",
+                                      SHARED_STEPS, "--config.train.checkpoint_every=2",
                                       "--config.train.eval_every=0", "--config.train.log_every=1"),
                       check=False, timeout=300)
     assert proc.returncode != 0

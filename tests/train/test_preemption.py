@@ -22,13 +22,11 @@ import pytest
 
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
-from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, kill_events,
+from tests.train.helpers import (REPO, SHARED_STEPS, communicate_all, coordinator_port, exported_leaves, kill_events,
                                  kill_worker_cmd, run_python, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
-# Every bounded run here and in test_checkpoint.py takes 10 steps: the LR schedule's length is part of the compiled
-# train step, so one step count is one program, which the session's shared compile cache (conftest.py) then holds.
-COMMON = ("--config.train.num_steps=10", "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
+COMMON = (SHARED_STEPS, "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
           "--config.train.log_every=1")
 
 
@@ -128,9 +126,9 @@ def test_a_second_run_in_a_busy_workdir_refuses_within_seconds(tmp_path):
 @pytest.mark.slow
 def test_time_based_checkpoints(tmp_path):
     """checkpoint_every = 1000 would save only the last step; checkpoint_every_s = 1e-3 saves after every step."""
-    proc = run_python(kill_worker_cmd(CONFIG, str(tmp_path / "run"), "none", 0, *COMMON,
+    proc = run_python(kill_worker_cmd(CONFIG, str(tmp_path / "run"), "none", 0, SHARED_STEPS,
                                       "--config.train.checkpoint_every=1000", "--config.train.checkpoint_every_s=0.001",
-                                      "--config.train.eval_every=0"))
+                                      "--config.train.eval_every=0", "--config.train.log_every=1"))
     assert [s for e, s in kill_events(proc.stdout) if e == "checkpoint"] == list(range(1, 11))
 
 
