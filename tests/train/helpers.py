@@ -17,9 +17,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED_STEPS = "--config.train.num_steps=10"
 
 
+def xla_flags(devices: int) -> str:
+    """XLA_FLAGS for a subprocess with `devices` simulated CPU devices, keeping the session's other flags (the test
+    compile level that tests/conftest.py sets)."""
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device")]
+    return " ".join(kept + [f"--xla_force_host_platform_device_count={devices}"])
+
+
 def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(devices)
     env["JAX_PLATFORMS"] = "cpu"
     env["HF_HUB_OFFLINE"] = "1"
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")

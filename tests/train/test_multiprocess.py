@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.train.helpers import REPO, communicate_all, coordinator_port, exported_leaves, run_python, train_cmd
+from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, run_python, train_cmd,
+                                 xla_flags)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 # SGD for the comparison (see sharding_worker.py: Adam's first steps amplify re-association noise).
@@ -24,7 +25,7 @@ def test_two_processes_agree_with_one(tmp_path):
 
     multi = str(tmp_path / "multi")
     port = coordinator_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=xla_flags(1), JAX_PLATFORMS="cpu",
                HF_HUB_OFFLINE="1", PYTHONPATH=REPO)
     procs = [subprocess.Popen(
         [sys.executable, *train_cmd(CONFIG, multi, *COMMON, f"--config.distributed.coordinator=127.0.0.1:{port}",
