@@ -34,7 +34,7 @@ jax.config.update("jax_default_matmul_precision", "float32")
 # machine, not quiet). Results agree to float32 rounding, not bit for bit (LLVM contracts and vectorises differently:
 # after a 6-step smoke run 60 of 71 exported arrays differ, by at most 1e-4), so a bitwise test compares two runs at
 # the same level; the suite passes at both levels. Set for this process (read when its backend starts)
-# and inherited by the xdist workers and every subprocess (helpers.xla_flags keeps it when it adds a device count).
+# and inherited by the xdist workers and every subprocess (helpers.subprocess_env keeps it when it sets a device count).
 # A level the caller sets is kept: `XLA_FLAGS=--xla_backend_optimization_level=3` runs the suite at jax's default.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()

@@ -17,20 +17,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED_STEPS = "--config.train.num_steps=10"
 
 
-def xla_flags(devices: int) -> str:
-    """XLA_FLAGS for a subprocess with `devices` simulated CPU devices, keeping the session's other flags (the test
-    compile level that tests/conftest.py sets)."""
-    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device")]
-    return " ".join(kept + [f"--xla_force_host_platform_device_count={devices}"])
-
-
-def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True):
+def subprocess_env(devices: int = 1, env_extra=None) -> dict:
+    """The environment of a test's subprocess: `devices` simulated CPU devices (the session's other XLA flags kept,
+    such as the compile level tests/conftest.py sets), offline, the repository importable."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = xla_flags(devices)
+    kept = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device")]
+    env["XLA_FLAGS"] = " ".join(kept + [f"--xla_force_host_platform_device_count={devices}"])
     env["JAX_PLATFORMS"] = "cpu"
     env["HF_HUB_OFFLINE"] = "1"
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
+    return env
+
+
+def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True):
+    env = subprocess_env(devices, env_extra)
     proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
     if check and proc.returncode != 0:

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, run_python, train_cmd,
-                                 xla_flags)
+from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, run_python, subprocess_env,
+                                 train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 # SGD for the comparison (see sharding_worker.py: Adam's first steps amplify re-association noise).
@@ -25,8 +25,7 @@ def test_two_processes_agree_with_one(tmp_path):
 
     multi = str(tmp_path / "multi")
     port = coordinator_port()
-    env = dict(os.environ, XLA_FLAGS=xla_flags(1), JAX_PLATFORMS="cpu",
-               HF_HUB_OFFLINE="1", PYTHONPATH=REPO)
+    env = subprocess_env()
     procs = [subprocess.Popen(
         [sys.executable, *train_cmd(CONFIG, multi, *COMMON, f"--config.distributed.coordinator=127.0.0.1:{port}",
                                     "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}")],

@@ -23,7 +23,7 @@ import pytest
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
 from tests.train.helpers import (REPO, SHARED_STEPS, communicate_all, coordinator_port, exported_leaves, kill_events,
-                                 kill_worker_cmd, run_python, train_cmd, xla_flags)
+                                 kill_worker_cmd, run_python, subprocess_env, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 COMMON = (SHARED_STEPS, "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
@@ -59,8 +59,7 @@ def test_train_py_turns_sigterm_into_exit_75_with_a_checkpoint(tmp_path):
     """The command a cluster runs: `train.py` itself (not the test worker) saves on SIGTERM, says how to resume and
     exits with EXIT_PREEMPTED, without a traceback."""
     workdir = tmp_path / "run"
-    env = dict(os.environ, XLA_FLAGS=xla_flags(1), JAX_PLATFORMS="cpu",
-               HF_HUB_OFFLINE="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = subprocess_env()
     proc = subprocess.Popen([sys.executable, *train_cmd(CONFIG, str(workdir), "--config.train.num_steps=100000",
                                                         "--config.train.checkpoint_every=100000",
                                                         "--config.train.log_every=1")],
