@@ -3,7 +3,7 @@
 Tests never download anything (HF_HUB_OFFLINE=1) and compare numbers at float32 reference precision:
 `jax_default_matmul_precision` is set to "float32" for the whole session (TF32 or bf16 passes on accelerators
 would otherwise change float32 matmuls). Tests that need several devices run a worker in a subprocess with
-`XLA_FLAGS=--xla_force_host_platform_device_count=8` set before jax is imported there (`tests/train/helpers.py`).
+`XLA_FLAGS=--xla_force_host_platform_device_count=8` set before jax is imported there (`tests/subprocess_env.py`).
 
 The subprocesses the tests start (train.py runs, multi-device workers, notebook kernels) share one persistent XLA
 compilation cache, a fresh directory per pytest session (made by the first process that imports this file — under
@@ -33,8 +33,8 @@ jax.config.update("jax_default_matmul_precision", "float32")
 # compiles its 23 programs in half the time (about 50 -> 26 s), and the whole suite ran in 31 min instead of 46 (same
 # machine, not quiet). Results agree to float32 rounding, not bit for bit (LLVM contracts and vectorises differently:
 # after a 6-step smoke run 60 of 71 exported arrays differ, by at most 1e-4), so a bitwise test compares two runs at
-# the same level; the suite passes at both levels. Set for this process (read when its backend starts)
-# and inherited by the xdist workers and every subprocess (helpers.subprocess_env keeps it when it sets a device count).
+# the same level; the suite passes at both levels. Set for this process (read when its backend starts) and inherited
+# by the xdist workers and every subprocess (tests/subprocess_env.py keeps it when it sets a device count).
 # A level the caller sets is kept: `XLA_FLAGS=--xla_backend_optimization_level=3` runs the suite at jax's default.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mmjax.evaluation import plots
+from tests.subprocess_env import subprocess_env
 
 
 @pytest.fixture
@@ -206,7 +207,7 @@ def test_figure_modules_leave_the_matplotlib_backend_alone(tmp_path):
             "import matplotlib.pyplot as plt\n"
             "print(matplotlib.get_backend(), open(out, 'rb').read(8) == b'\\x89PNG\\r\\n\\x1a\\n', "
             "len(plt.get_fignums()))\n")
-    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
+    env = subprocess_env(env_extra={"MPLBACKEND": "svg"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]

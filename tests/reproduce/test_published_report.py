@@ -10,7 +10,6 @@ machines too) except its Code line, which asks git about the commits the records
 """
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -22,6 +21,7 @@ import pytest
 
 from reproduce import provenance
 from reproduce.__main__ import parse_args
+from tests.subprocess_env import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "docs" / "reproduction.md"
@@ -69,8 +69,7 @@ def test_published_report_is_rebuilt_byte_for_byte_from_the_committed_records(tm
 
     shutil.copytree(ROOT / RECORDS, tmp_path / RECORDS)  # a fresh checkout: the records and nothing else
     before = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / RECORDS).rglob("*") if p.is_file()}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env(env_extra={"MPLBACKEND": "Agg"})
     proc = subprocess.run([sys.executable, "-m", "reproduce", *argv], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from reproduce import grid, replay
+from tests.subprocess_env import subprocess_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -90,8 +91,7 @@ def test_a_smoke_cell_replays_bitwise_at_the_same_commit(tmp_path):
     """End to end: a smoke cell's record, then `python -m reproduce.replay` of it in a fresh directory — same code,
     same machine, so every logged value must be equal; a record tampered at one step is caught at that step."""
     store = tmp_path / "records"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
-           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env(env_extra={"MPLBACKEND": "Agg"})
     first = subprocess.run([sys.executable, "-m", "reproduce", "--budget", "smoke", "--seeds", "1", "--cells",
                             "sh_full", "--out", str(tmp_path / "run"), "--archive", str(store), "--no-report"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

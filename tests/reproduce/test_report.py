@@ -18,6 +18,7 @@ from reproduce import archive, grid, metrics, report
 from reproduce.claims import HEADLINE_ALPHA
 from tests.reproduce.helpers import (J, MACHINE, PNG, REPO, assert_tables_are_rectangular, converged_metrics,
                                      record, results, section, table_row)
+from tests.subprocess_env import subprocess_env
 
 J2 = (0.5, -1.0, 1.2, -0.3, 0.9)   # sh_full's own jitter: within noise of sh_divmmd's
 # converged cells: (semantic RSUM, source RSUM, seeds, jitter, mean ln CV of the image elements)
@@ -324,8 +325,7 @@ def test_report_only_without_archive_reports_the_finished_cells_of_the_out_direc
 @pytest.mark.slow
 def test_smoke_run_end_to_end_archives_reports_and_resumes(tmp_path):
     out, store = tmp_path / "repro", tmp_path / "records"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
-           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env(env_extra={"MPLBACKEND": "Agg"})
     cmd = [sys.executable, "-m", "reproduce", "--budget", "smoke", "--seeds", "1", "--cells", "sh_full,sc_divmmd",
            "--out", str(out), "--archive", str(store)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

@@ -10,24 +10,13 @@ import time
 import jax
 import numpy as np
 
+from tests.subprocess_env import subprocess_env
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The bounded smoke runs of test_preemption.py and test_checkpoint.py all take this many steps: the LR schedule's
 # length is part of the compiled train step, so one step count is one program, which the session's shared compile
 # cache (tests/conftest.py) then holds for every run.
 SHARED_STEPS = "--config.train.num_steps=10"
-
-
-def subprocess_env(devices: int = 1, env_extra=None) -> dict:
-    """The environment of a test's subprocess: `devices` simulated CPU devices (the session's other XLA flags kept,
-    such as the compile level tests/conftest.py sets), offline, the repository importable."""
-    env = dict(os.environ)
-    kept = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device")]
-    env["XLA_FLAGS"] = " ".join(kept + [f"--xla_force_host_platform_device_count={devices}"])
-    env["JAX_PLATFORMS"] = "cpu"
-    env["HF_HUB_OFFLINE"] = "1"
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(env_extra or {})
-    return env
 
 
 def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True):
