@@ -10,9 +10,8 @@ import time
 import jax
 import numpy as np
 
-from tests.subprocess_env import subprocess_env
+from tests.subprocess_env import REPO, subprocess_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The bounded smoke runs of test_preemption.py and test_checkpoint.py all take this many steps: the LR schedule's
 # length is part of the compiled train step, so one step count is one program, which the session's shared compile
 # cache (tests/conftest.py) then holds for every run.

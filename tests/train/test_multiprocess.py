@@ -9,9 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, run_python,
-                                 train_cmd)
 from tests.subprocess_env import subprocess_env
+from tests.train.helpers import REPO, communicate_all, coordinator_port, exported_leaves, run_python, train_cmd
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 # SGD for the comparison (see sharding_worker.py: Adam's first steps amplify re-association noise).

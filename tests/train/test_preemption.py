@@ -22,9 +22,9 @@ import pytest
 
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
+from tests.subprocess_env import subprocess_env
 from tests.train.helpers import (REPO, SHARED_STEPS, communicate_all, coordinator_port, exported_leaves, kill_events,
                                  kill_worker_cmd, run_python, train_cmd)
-from tests.subprocess_env import subprocess_env
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 COMMON = (SHARED_STEPS, "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
