@@ -142,8 +142,10 @@ def _why(row: dict, others: dict) -> str:
     if flips:
         parts.append("another verdict under " + ", ".join(flips))
     for k in row.get("knobs") or ():
-        gated = (f" ({collapse_text(k['collapsed'])}; the test alone: {k['tested_verdict']})" if k.get("collapsed")
-                 else "")
+        # A knob that leaves the collapsed cell as it was (a baseline the knob does not touch) names no runs again.
+        same = k.get("collapsed") == row["result"].get("collapsed")
+        gated = (f" ({'the same collapsed runs' if same else collapse_text(k['collapsed'])}; the test alone: "
+                 f"{k['tested_verdict']})" if k.get("collapsed") else "")
         parts.append(f"`{k['knob']}`: {_delta(k)} {k['verdict']}{gated}")
     for budget, label in (("converged_x2", "20 epochs"), ("long", "10 epochs, quick recipe"),
                           ("default", "2 epochs")):

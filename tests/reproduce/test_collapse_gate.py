@@ -69,3 +69,18 @@ def test_missing_stays_missing():
     row = report.claim_rows(report.seed_metrics(records), [b1], looks="two", protocol="semantic",
                             collapsed=report.collapsed_runs(records))[0]
     assert row["result"]["verdict"] == "missing" and row["result"]["missing"] == ["setdiv"]
+
+
+def test_a_knob_that_leaves_the_collapsed_runs_as_they_were_does_not_list_them_again():
+    runs = {"vse": [[0, 431.0, 280.0], [2, 429.0, 267.0]]}
+    row = {"id": "B2", "result": {"verdict": "untestable", "delta": 20.0, "tested_verdict": "reproduced",
+                                  "collapsed": runs},
+           "knobs": [{"knob": "loss.a=1", "verdict": "untestable", "delta": 21.0, "tested_verdict": "reproduced",
+                      "collapsed": {"vse": [[0, 431.0, 280.0], [2, 429.0, 267.0]]}},
+                     {"knob": "loss.b=2", "verdict": "untestable", "delta": 5.0, "tested_verdict": "inconclusive",
+                      "collapsed": {"vse_b": [[1, 400.0, 300.0]]}}]}
+    why = report._why(row, {})
+    assert why.count("vse seed 0 (val RSUM 431 → 280)") == 1, why
+    assert "`loss.a=1`: Δ +21.00, untestable (the same collapsed runs; the test alone: reproduced)" in why, why
+    assert "`loss.b=2`: Δ +5.00, untestable (collapsed: vse_b seed 1 (val RSUM 400 → 300); the test alone: " \
+           "inconclusive)" in why, why
