@@ -101,6 +101,16 @@ def _warn(message: str):
     warnings.warn(message, CheckpointWarning, stacklevel=3)
 
 
+def barrier_prefix(name: str) -> "ocp.options.MultiprocessingOptions":
+    """Multi-process options whose barrier keys start with `mmjax_<name>`. Orbax names its barriers by operation
+    only ("ThreadSaveMultiHostValueHolder:set_value_start", "async_write_complete.<step>"), so two writers with the
+    default options share keys: a best save finalising in its background thread while the regular save of the same
+    step starts on the main thread fails with "Barrier ... is already ongoing" on one process, or pairs one
+    process's barrier with the other writer's on the other and hangs (tests/train/test_multiprocess.py). Each writer
+    (the two managers, each export) gets its own prefix."""
+    return ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=f"mmjax_{name}")
+
+
 def _barrier(name: str):
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -117,10 +127,12 @@ class Checkpointer:
         # step must not trip over it.
         opts = dict(enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True)
         self.manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, **opts))
+            self.directory, options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, multiprocessing_options=barrier_prefix("checkpoints"), **opts))
         self.best = ocp.CheckpointManager(
             self.best_directory, options=ocp.CheckpointManagerOptions(
-                max_to_keep=1, best_fn=lambda m: m["rsum"], best_mode="max", **opts))
+                max_to_keep=1, best_fn=lambda m: m["rsum"], best_mode="max",
+                multiprocessing_options=barrier_prefix("best"), **opts))
         self._issued = []  # (manager, step) of saves whose completion has not been checked yet
 
     # ------------------------------------------------------------------------------------------------ saving

@@ -25,6 +25,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mmjax.provenance import environment
+from mmjax.train.checkpoint import barrier_prefix
 from mmjax.train.model_card import code_version, launch_command, write_model_card
 
 EXPORTS = ("export", "export_best")  # the final parameters; those of the best validation RSUM
@@ -103,7 +104,7 @@ def export_params(workdir: str, params, info: dict, *, name: str = "export") -> 
     if name not in EXPORTS:
         raise ValueError(f"export name must be one of {EXPORTS}, got {name!r}")
     path = os.path.abspath(os.path.join(workdir, name))
-    ckpt = ocp.StandardCheckpointer()
+    ckpt = ocp.StandardCheckpointer(multiprocessing_options=barrier_prefix(name))  # its own barrier keys
     ckpt.save(os.path.join(path, "params"), jax.device_get(params), force=True)
     ckpt.wait_until_finished()
     if jax.process_index() == 0:

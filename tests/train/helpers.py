@@ -67,10 +67,15 @@ def communicate_all(procs, timeout: float):
                     q.kill()
             outs.append(p.communicate())  # after the kill: what it had written
     if expired:
-        tails = [f"process {i} (exit {p.returncode}):\nstdout:\n{o[-2000:]}\nstderr:\n{e[-4000:]}"
-                 for i, (p, (o, e)) in enumerate(zip(procs, outs))]
-        raise AssertionError(f"processes still running after {timeout:.0f} s were killed\n" + "\n".join(tails))
+        raise AssertionError(f"processes still running after {timeout:.0f} s were killed\n" + output_tails(procs, outs))
     return outs
+
+
+def output_tails(procs, outs) -> str:
+    """Each process's exit code and output tail: a multi-process failure shows in the other process as often as in
+    the one that raised (a barrier one process never reached times out in the other)."""
+    return "\n".join(f"process {i} (exit {p.returncode}):\nstdout:\n{o[-2000:]}\nstderr:\n{e[-4000:]}"
+                     for i, (p, (o, e)) in enumerate(zip(procs, outs)))
 
 
 def train_cmd(config: str, workdir: str, *overrides: str):
