@@ -13,9 +13,26 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 
 from mmjax.jsonl import read_jsonl
+
+
+def summary_writer_class():
+    """tensorboardX's `SummaryWriter`, imported without PyTorch. tensorboardX imports torch whenever it is installed
+    (to accept torch tensors): about 2.5 s of every `train.py` start and torch's memory in a JAX process that logs
+    Python floats. torch is made unimportable for that one import and importable again right after; a process that
+    already imported torch keeps it."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError: tensorboardX takes its no-torch path
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
 
 
 class MetricWriter:
@@ -29,8 +46,7 @@ class MetricWriter:
             os.makedirs(workdir, exist_ok=True)
             if resume_step is not None:
                 self._truncate(resume_step)
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
+            self._tb = summary_writer_class()(os.path.join(workdir, "tensorboard"),
                                      purge_step=None if resume_step is None else resume_step + 1)
 
     def _truncate(self, resume_step: int):

@@ -195,6 +195,40 @@ def test_metric_writer_drops_rows_after_the_resumed_step(tmp_path):
     assert [r["loss"] for r in rows] == [float(s) for s in range(1, 9)]
 
 
+def _tensorboard_scalars(directory):
+    """{(tag, step): value} of the event files in `directory`: TFRecord frames (length, its CRC, an Event proto, its
+    CRC) decoded with tensorboardX's own protos."""
+    from tensorboardX.proto.event_pb2 import Event
+    out = {}
+    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
+        data, at = open(path, "rb").read(), 0
+        while at < len(data):
+            n = int.from_bytes(data[at:at + 8], "little")
+            event = Event.FromString(data[at + 12:at + 12 + n])
+            at += 12 + n + 4
+            out.update({(v.tag, event.step): v.simple_value for v in event.summary.value})
+    return out
+
+
+def test_metric_writer_writes_tensorboard_events_without_importing_torch(tmp_path):
+    # tensorboardX imports torch whenever it is installed (2.5 s of every train.py start); torch stays importable.
+    code = ("import importlib.util, sys\n"
+            "from mmjax.train.logging import MetricWriter\n"
+            "writer = MetricWriter(sys.argv[1])\n"
+            "writer.write(3, {'loss': 0.5})\n"
+            "writer.close()\n"
+            "print('TORCH IMPORTED', 'torch' in sys.modules)\n"
+            "if importlib.util.find_spec('torch') is not None:\n"
+            "    import torch\n"
+            "    print('TORCH AFTERWARDS', torch.ones(2).sum().item())\n")
+    proc = run_python(["-c", code, str(tmp_path)])
+    assert "TORCH IMPORTED False" in proc.stdout, proc.stdout
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        assert "TORCH AFTERWARDS 2.0" in proc.stdout, proc.stdout
+    assert _tensorboard_scalars(os.path.join(tmp_path, "tensorboard")) == {("loss", 3): 0.5}
+
+
 # ------------------------------------------------------------------------------------------ through the loop
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
