@@ -47,7 +47,7 @@ class MetricWriter:
             if resume_step is not None:
                 self._truncate(resume_step)
             self._tb = summary_writer_class()(os.path.join(workdir, "tensorboard"),
-                                     purge_step=None if resume_step is None else resume_step + 1)
+                                              purge_step=None if resume_step is None else resume_step + 1)
 
     def _truncate(self, resume_step: int):
         """Keeps the rows with step <= resume_step (written before the checkpoint the run resumes from); a line cut
