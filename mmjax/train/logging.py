@@ -24,14 +24,14 @@ def summary_writer_class():
     (to accept torch tensors): about 2.5 s of every `train.py` start and torch's memory in a JAX process that logs
     Python floats. torch is made unimportable for that one import and importable again right after; a process that
     already imported torch keeps it."""
-    if "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-        return SummaryWriter
-    sys.modules["torch"] = None  # `import torch` raises ImportError: tensorboardX takes its no-torch path
+    block = "torch" not in sys.modules
+    if block:
+        sys.modules["torch"] = None  # `import torch` raises ImportError: tensorboardX takes its no-torch path
     try:
         from tensorboardX import SummaryWriter
     finally:
-        del sys.modules["torch"]
+        if block:
+            del sys.modules["torch"]
     return SummaryWriter
 
 

@@ -71,6 +71,18 @@ def communicate_all(procs, timeout: float):
     return outs
 
 
+def run_processes(commands, *, timeout: float):
+    """Starts every command (the arguments after the interpreter) at once in the tests' subprocess environment, from
+    the repository root; waits for all within one `timeout` (`communicate_all`) and fails with every process's output
+    unless all exit 0. Returns [(stdout, stderr)]."""
+    env = subprocess_env()
+    procs = [subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for args in commands]
+    outs = communicate_all(procs, timeout)
+    assert all(p.returncode == 0 for p in procs), output_tails(procs, outs)
+    return outs
+
+
 def output_tails(procs, outs) -> str:
     """Each process's exit code and output tail: a multi-process failure shows in the other process as often as in
     the one that raised (a barrier one process never reached times out in the other)."""

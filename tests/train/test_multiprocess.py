@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.subprocess_env import subprocess_env
-from tests.train.helpers import (REPO, communicate_all, coordinator_port, exported_leaves, output_tails, run_python,
+from tests.train.helpers import (communicate_all, coordinator_port, exported_leaves, run_processes, run_python,
                                  train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
@@ -27,13 +26,9 @@ def test_two_processes_agree_with_one(tmp_path):
 
     multi = str(tmp_path / "multi")
     port = coordinator_port()
-    env = subprocess_env()
-    procs = [subprocess.Popen(
-        [sys.executable, *train_cmd(CONFIG, multi, *COMMON, f"--config.distributed.coordinator=127.0.0.1:{port}",
-                                    "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}")],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = communicate_all(procs, timeout=600)
-    assert all(p.returncode == 0 for p in procs), output_tails(procs, outs)
+    outs = run_processes([train_cmd(CONFIG, multi, *COMMON, f"--config.distributed.coordinator=127.0.0.1:{port}",
+                                    "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}")
+                          for i in range(2)], timeout=600)
     assert "2 process(es)" in outs[0][0]
 
     rows = lambda d: [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if "loss/total" in l]
@@ -75,13 +70,10 @@ print("SAVED", ckpt.latest_step(), flush=True)
 def test_best_and_regular_saves_of_one_step_do_not_share_barriers(tmp_path):
     script = tmp_path / "writers_worker.py"
     script.write_text(WRITERS_WORKER)
-    port, env = coordinator_port(), subprocess_env()
-    procs = [subprocess.Popen([sys.executable, str(script), f"127.0.0.1:{port}", str(i), str(tmp_path / "w")],
-                              env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    outs = communicate_all(procs, timeout=120)
-    assert all(p.returncode == 0 for p in procs), output_tails(procs, outs)
-    assert all("SAVED 8" in out for out, _ in outs), output_tails(procs, outs)
+    port = coordinator_port()
+    outs = run_processes([[str(script), f"127.0.0.1:{port}", str(i), str(tmp_path / "w")] for i in range(2)],
+                         timeout=120)
+    assert all("SAVED 8" in out for out, _ in outs), outs
 
 
 def test_coordinator_port_is_free_and_never_ephemeral():

@@ -23,8 +23,8 @@ import pytest
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
 from tests.subprocess_env import subprocess_env
-from tests.train.helpers import (REPO, SHARED_STEPS, communicate_all, coordinator_port, exported_leaves, kill_events,
-                                 kill_worker_cmd, output_tails, run_python, train_cmd)
+from tests.train.helpers import (REPO, SHARED_STEPS, coordinator_port, exported_leaves, kill_events, kill_worker_cmd,
+                                 run_processes, run_python, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 COMMON = (SHARED_STEPS, "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
@@ -160,10 +160,6 @@ def test_processes_agree_on_a_stop_requested_by_one_of_them(tmp_path):
     port = coordinator_port()
     script = tmp_path / "agree_worker.py"
     script.write_text(AGREE_WORKER)
-    env = subprocess_env()
-    procs = [subprocess.Popen([sys.executable, str(script), f"127.0.0.1:{port}", str(i)], env=env, cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = communicate_all(procs, timeout=240)
-    assert all(p.returncode == 0 for p in procs), output_tails(procs, outs)
+    outs = run_processes([[str(script), f"127.0.0.1:{port}", str(i)] for i in range(2)], timeout=240)
     for out, err in outs:
         assert "AGREE 1 2 0" in out, (out, err[-1000:])
