@@ -29,15 +29,23 @@ import jax  # noqa: E402
 jax.config.update("jax_default_matmul_precision", "float32")
 
 # The suite is compile-bound (tiny models; most tests trace and compile a program once and run it a few times), and on
-# CPU XLA spends most of a compile in LLVM's optimisation passes. At backend optimisation level 0 a smoke train.py
-# compiles its 23 programs in half the time (about 50 -> 26 s), and the whole suite ran in 31 min instead of 46 (same
-# machine, not quiet). Results agree to float32 rounding, not bit for bit (LLVM contracts and vectorises differently:
-# after a 6-step smoke run 60 of 71 exported arrays differ, by at most 1e-4), so a bitwise test compares two runs at
-# the same level; the suite passes at both levels. Set for this process (read when its backend starts) and inherited
-# by the xdist workers and every subprocess (tests/subprocess_env.py keeps it when it sets a device count).
-# A level the caller sets is kept: `XLA_FLAGS=--xla_backend_optimization_level=3` runs the suite at jax's default.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
+# CPU XLA spends most of a compile in code generation. Two flags make it cheaper:
+# - backend optimisation level 0 skips most of LLVM's optimisation passes: a smoke train.py compiles its 23 programs in
+#   half the time (about 50 -> 26 s), and the whole suite ran in 31 min instead of 46 (same machine, not quiet);
+# - --xla_cpu_use_fusion_emitters=false emits fusions with XLA's elemental IR emitter instead of the MLIR fusion
+#   emitters: ten solver and set-score programs compile in 1.5 s instead of 2.6-2.9, a smoke train.py (no compile
+#   cache) takes 12.3 s instead of 16.0, and test_edge_cases.py + test_losses.py 72 s instead of 121 (2026-12-07,
+#   paired runs on one machine).
+# Results agree to float32 rounding, not bit for bit (LLVM contracts and vectorises differently: after a 6-step smoke
+# run at level 0, 60 of 71 exported arrays differ from level 3 by at most 1e-4), so a bitwise test compares two runs
+# with the same flags; the suite passes with and without them. Set for this process (read when its backend starts)
+# and inherited by the xdist workers and every subprocess (tests/subprocess_env.py keeps them when it sets a device
+# count). A flag the caller sets is kept: `XLA_FLAGS="--xla_backend_optimization_level=3
+# --xla_cpu_use_fusion_emitters=true"` runs the suite as jax compiles by default.
+TEST_COMPILE_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
+_flags = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = " ".join([_flags] + [f"--{name}={value}" for name, value in TEST_COMPILE_FLAGS.items()
+                                               if name not in _flags]).strip()
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache_dir = tempfile.mkdtemp(prefix="mmjax-tests-xla-cache-")

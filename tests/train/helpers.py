@@ -18,8 +18,8 @@ from tests.subprocess_env import REPO, subprocess_env
 SHARED_STEPS = "--config.train.num_steps=10"
 
 
-def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True):
-    env = subprocess_env(devices, env_extra)
+def run_python(args, *, devices: int = 1, timeout: int = 600, env_extra=None, check=True, drop_flags=()):
+    env = subprocess_env(devices, env_extra, drop_flags)
     proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
     if check and proc.returncode != 0:
