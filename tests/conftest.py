@@ -38,10 +38,11 @@ jax.config.update("jax_default_matmul_precision", "float32")
 #   paired runs on one machine).
 # Results agree to float32 rounding, not bit for bit (LLVM contracts and vectorises differently: after a 6-step smoke
 # run at level 0, 60 of 71 exported arrays differ from level 3 by at most 1e-4), so a bitwise test compares two runs
-# with the same flags; the suite passes with and without them. Set for this process (read when its backend starts)
-# and inherited by the xdist workers and every subprocess (tests/subprocess_env.py keeps them when it sets a device
-# count). A flag the caller sets is kept: `XLA_FLAGS="--xla_backend_optimization_level=3
-# --xla_cpu_use_fusion_emitters=true"` runs the suite as jax compiles by default.
+# with the same flags; the suite passes with them (and passed at jax's defaults when level 0 came in). Set for this
+# process (read when its backend starts) and inherited by the xdist workers and every subprocess
+# (tests/subprocess_env.py keeps them when it sets a device count, less those a test drops). A flag the caller sets is
+# kept: `XLA_FLAGS="--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true"` runs the suite as jax
+# compiles by default.
 TEST_COMPILE_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
 _flags = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join([_flags] + [f"--{name}={value}" for name, value in TEST_COMPILE_FLAGS.items()
