@@ -18,7 +18,7 @@ checkpointer on its way out, so no background thread keeps the process alive.
 A cluster's view (docs/reliability.md#preemption): the lead process holds `<workdir>/LOCK` for the run
 (`mmjax.train.workdir_lock`: a second run there refuses at start, naming the holder); SIGTERM / SIGINT stop training
 after the step in flight with a checkpoint of that step and raise `TrainingPreempted` (`mmjax.train.preemption`;
-`train.py` exits with code 75); besides every `train.checkpoint_every` steps, a checkpoint is written whenever
+`train.py` exits with code 75; several processes act one step later, all on the same step); besides every `train.checkpoint_every` steps, a checkpoint is written whenever
 `train.checkpoint_every_s` seconds have passed since the last one (0 = off).
 """
 
@@ -45,7 +45,7 @@ from mmjax.train.sharding import (FSDP_MIN_SIZE, batch_sharding, forward_shardin
                                   shard_batch)
 from mmjax.models.factory import count_params
 from mmjax.train.state import TrainState, abstract_with_shardings, create_train_state
-from mmjax.train.preemption import STOP, TIME_DUE, StopSignals, TrainingPreempted, agree
+from mmjax.train.preemption import STOP, TIME_DUE, StopSignals, TrainingPreempted, agree, agree_later
 from mmjax.train.task import Phase
 from mmjax.train.workdir_lock import WorkdirLock
 
@@ -227,6 +227,13 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
         t_last = last_save = time.time()
         every_s = float(config.train.get("checkpoint_every_s", 0) or 0)
         stop = always.enter_context(StopSignals())  # the previous handlers come back however the run ends
+
+        def requests():  # this process's stop request and due time-based checkpoint, as `agree` bits
+            due = bool(every_s) and time.time() - last_save >= every_s
+            return (STOP if stop.requested else 0) | (TIME_DUE if due else 0)
+
+        several = jax.process_count() > 1
+        agreed = None   # several processes: the OR of the previous step's requests, queued behind that step
         for step in range(start_step, total_steps):
             batch = shard_batch(task.prepare_batch(next(data)), mesh, batch_axes)
             step_rng = jax.random.fold_in(state.rng, step)
@@ -234,9 +241,10 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
                 state, metrics = step_fn(step)(state, batch, step_rng)
             pending.append(metrics)
             done = step + 1
-            # A stop request (SIGTERM/SIGINT) or a due time-based checkpoint, agreed by all processes (same step).
-            due = bool(every_s) and time.time() - last_save >= every_s
-            urgent = agree((STOP if stop.requested else 0) | (TIME_DUE if due else 0))
+            # A stop request (SIGTERM/SIGINT) or a due time-based checkpoint, agreed by all processes (same step): one
+            # process acts at once; several act on the previous step's requests (`agree_later`), read now that this
+            # step is queued, so the devices never wait for the check. The first step agrees at once.
+            urgent = agreed.result() if agreed is not None else agree(requests())
             regular = done % config.train.checkpoint_every == 0 or done == total_steps or bool(urgent)
             # Metrics are fetched (and checked for finiteness) before every checkpoint, so none holds a diverged state.
             if done % config.train.log_every == 0 or regular:
@@ -291,6 +299,8 @@ def train(config, workdir: str, task, *, validate: Callable[[dict], dict] | None
                     print(f"[train] stopped by {cause} after step {done}; checkpoint {where}; rerun the same command "
                           f"to resume", flush=True)
                 raise TrainingPreempted(f"training stopped after step {done} ({cause}); checkpoint {where}", done)
+            if several and done < total_steps:
+                agreed = agree_later(requests())  # after this step's save, so a time-based one is not asked twice
             _fire(hooks, "step", done)
         ckpt.close()
         data.close()

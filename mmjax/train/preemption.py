@@ -6,13 +6,15 @@ request it finishes the step in flight, writes a checkpoint of that step, waits 
 stopped and raises `TrainingPreempted`, which `train.py` turns into the exit code `EXIT_PREEMPTED` (75, EX_TEMPFAIL:
 "try again"). Restarting with the same command resumes from that step and ends bitwise equal to an uninterrupted
 run. In a multi-process run every process must save the same step: each step the processes OR their requests
-(`agree`, a tiny all-gather), so a signal that reaches one host stops all of them after the same step. A second
+(`agree_later`, a tiny all-reduce read one step later, so no host waits for its devices to learn them), and a signal
+that reaches one host stops all of them after the same step, the one after the step in flight. A second
 signal while the checkpoint is being written is ignored (the save is the point); SIGKILL cannot be caught — that is
 what the periodic checkpoints (`train.checkpoint_every`, `train.checkpoint_every_s`) are for.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 
@@ -66,3 +68,39 @@ def agree(bits: int) -> int:
         return bits
     from jax.experimental import multihost_utils
     return int(np.bitwise_or.reduce(np.asarray(multihost_utils.process_allgather(np.int32(bits))).reshape(-1)))
+
+
+@functools.lru_cache(maxsize=None)
+def _or_over_devices():
+    """The sharding of one int32 per device and a program that ORs them into a value every device holds."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()), ("processes",), axis_types=(jax.sharding.AxisType.Auto,))
+    program = jax.jit(lambda bits: jnp.max(bits & STOP) | jnp.max(bits & TIME_DUE),
+                      out_shardings=NamedSharding(mesh, P()))
+    return NamedSharding(mesh, P("processes")), program
+
+
+class Agreement:
+    """The OR of every process's bits, still being computed on the devices; `result()` waits for it."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self) -> int:
+        return int(np.asarray(self._value.addressable_data(0)))
+
+
+def agree_later(bits: int) -> Agreement:
+    """`agree` without waiting: the OR is queued on the devices behind the step just dispatched (an all-reduce of one
+    int32 per device) and read with `.result()` after the next step has been dispatched.
+
+    `agree` converts the all-gather's result to numpy at once, so the host waits until the step before it has run:
+    every step, the devices would idle while the host prepares and dispatches the next one. The trainer sends each
+    step's requests with `agree_later` and acts on them one step later; every process sends and reads at the same
+    steps, so all still act on the same one. Call it on every process in the same order (it is a collective)."""
+    import jax
+    sharding, program = _or_over_devices()
+    local = np.full((jax.local_device_count(),), bits, np.int32)
+    return Agreement(program(jax.make_array_from_process_local_data(sharding, local)))

@@ -1,17 +1,22 @@
 """Two processes on localhost (jax.distributed + gloo CPU collectives) train the smoke config and agree with one
 process driving the same two-device mesh; the run's writers (regular and best checkpoints, the best export) save the
-same step back to back without sharing Orbax barrier keys."""
+same step back to back without sharing Orbax barrier keys; a signal to one process stops both after the same step."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from tests.train.helpers import (communicate_all, coordinator_port, exported_leaves, run_processes, run_python,
-                                 train_cmd)
+from mmjax.train import EXIT_PREEMPTED
+from tests.subprocess_env import REPO, subprocess_env
+from tests.train.helpers import (communicate_all, coordinator_port, exported_leaves, output_tails, run_processes,
+                                 run_python, train_cmd)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 # SGD for the comparison (see sharding_worker.py: Adam's first steps amplify re-association noise).
@@ -74,6 +79,32 @@ def test_best_and_regular_saves_of_one_step_do_not_share_barriers(tmp_path):
     outs = run_processes([[str(script), f"127.0.0.1:{port}", str(i), str(tmp_path / "w")] for i in range(2)],
                          timeout=120)
     assert all("SAVED 8" in out for out, _ in outs), outs
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_process_stops_both_after_the_same_step(tmp_path):
+    """SIGTERM reaches process 1 only: the requests are ORed across processes (`agree_later`, read one step late),
+    so both save the same step, say so and exit 75 together (a disagreement would hang the collective save)."""
+    workdir = tmp_path / "run"
+    port = coordinator_port()
+    env = subprocess_env()
+    procs = [subprocess.Popen([sys.executable, *train_cmd(
+        CONFIG, str(workdir), "--config.train.num_steps=100000", "--config.train.checkpoint_every=100000",
+        "--config.train.log_every=1", "--config.train.eval_every=0", "--config.train.eval_every_epoch=False",
+        f"--config.distributed.coordinator=127.0.0.1:{port}", "--config.distributed.num_processes=2",
+        f"--config.distributed.process_id={i}")], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for i in range(2)]
+    metrics, deadline = workdir / "metrics.jsonl", time.time() + 400
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3) and all(p.poll() is None for p in procs):
+        assert time.time() < deadline, "no training step was logged"
+        time.sleep(0.5)
+    procs[1].send_signal(signal.SIGTERM)
+    outs = communicate_all(procs, timeout=300)
+    assert [p.returncode for p in procs] == [EXIT_PREEMPTED] * 2, output_tails(procs, outs)
+    said = re.search(r"stopped by a signal on another process after step (\d+)", outs[0][0])
+    assert said, output_tails(procs, outs)
+    steps = [int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit()]
+    assert max(steps) == int(said.group(1)) >= 3, (steps, said.group(0))
 
 
 def test_coordinator_port_is_free_and_never_ephemeral():

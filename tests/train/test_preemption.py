@@ -149,9 +149,12 @@ import os, sys
 import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
-from mmjax.train.preemption import STOP, TIME_DUE, agree
+from mmjax.train.preemption import STOP, TIME_DUE, agree, agree_later
 pid = jax.process_index()
 print("AGREE", agree(STOP if pid == 1 else 0), agree(TIME_DUE if pid == 0 else 0), agree(0), flush=True)
+later = [agree_later(STOP if pid == 1 else 0), agree_later(TIME_DUE if pid == 0 else 0), agree_later(0),
+         agree_later(STOP | TIME_DUE if pid == 0 else STOP)]   # all queued before the first is read
+print("LATER", *[a.result() for a in later], flush=True)
 """
 
 
@@ -163,3 +166,4 @@ def test_processes_agree_on_a_stop_requested_by_one_of_them(tmp_path):
     outs = run_processes([[str(script), f"127.0.0.1:{port}", str(i)] for i in range(2)], timeout=240)
     for out, err in outs:
         assert "AGREE 1 2 0" in out, (out, err[-1000:])
+        assert "LATER 1 2 0 3" in out, (out, err[-1000:])
