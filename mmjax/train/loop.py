@@ -18,8 +18,9 @@ checkpointer on its way out, so no background thread keeps the process alive.
 A cluster's view (docs/reliability.md#preemption): the lead process holds `<workdir>/LOCK` for the run
 (`mmjax.train.workdir_lock`: a second run there refuses at start, naming the holder); SIGTERM / SIGINT stop training
 after the step in flight with a checkpoint of that step and raise `TrainingPreempted` (`mmjax.train.preemption`;
-`train.py` exits with code 75; several processes act one step later, all on the same step); besides every `train.checkpoint_every` steps, a checkpoint is written whenever
-`train.checkpoint_every_s` seconds have passed since the last one (0 = off).
+`train.py` exits with code 75; several processes act one step later, all on the same step); besides every
+`train.checkpoint_every` steps, a checkpoint is written whenever `train.checkpoint_every_s` seconds have passed since
+the last one (0 = off).
 """
 
 from __future__ import annotations
