@@ -71,13 +71,27 @@ def communicate_all(procs, timeout: float):
     return outs
 
 
-def run_processes(commands, *, timeout: float):
+def start_processes(commands):
     """Starts every command (the arguments after the interpreter) at once in the tests' subprocess environment, from
-    the repository root; waits for all within one `timeout` (`communicate_all`) and fails with every process's output
-    unless all exit 0. Returns [(stdout, stderr)]."""
+    the repository root, output piped. Returns the Popen objects."""
     env = subprocess_env()
-    procs = [subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for args in commands]
+    return [subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for args in commands]
+
+
+def wait_for_logged_lines(workdir, lines: int, procs, timeout: float = 400):
+    """Waits until `<workdir>/metrics.jsonl` has `lines` lines (training steps logged) or a process has exited."""
+    metrics, deadline = os.path.join(workdir, "metrics.jsonl"), time.time() + timeout
+    while not (os.path.exists(metrics) and open(metrics).read().count("\n") >= lines) \
+            and all(p.poll() is None for p in procs):
+        assert time.time() < deadline, "no training step was logged"
+        time.sleep(0.5)
+
+
+def run_processes(commands, *, timeout: float):
+    """`start_processes`, then waits for all within one `timeout` (`communicate_all`) and fails with every process's
+    output unless all exit 0. Returns [(stdout, stderr)]."""
+    procs = start_processes(commands)
     outs = communicate_all(procs, timeout)
     assert all(p.returncode == 0 for p in procs), output_tails(procs, outs)
     return outs

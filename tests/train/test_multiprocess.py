@@ -8,15 +8,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from mmjax.train import EXIT_PREEMPTED
-from tests.subprocess_env import REPO, subprocess_env
 from tests.train.helpers import (communicate_all, coordinator_port, exported_leaves, output_tails, run_processes,
-                                 run_python, train_cmd)
+                                 run_python, start_processes, train_cmd, wait_for_logged_lines)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 # SGD for the comparison (see sharding_worker.py: Adam's first steps amplify re-association noise).
@@ -87,17 +85,12 @@ def test_a_signal_to_one_process_stops_both_after_the_same_step(tmp_path):
     so both save the same step, say so and exit 75 together (a disagreement would hang the collective save)."""
     workdir = tmp_path / "run"
     port = coordinator_port()
-    env = subprocess_env()
-    procs = [subprocess.Popen([sys.executable, *train_cmd(
+    procs = start_processes([train_cmd(
         CONFIG, str(workdir), "--config.train.num_steps=100000", "--config.train.checkpoint_every=100000",
         "--config.train.log_every=1", "--config.train.eval_every=0", "--config.train.eval_every_epoch=False",
         f"--config.distributed.coordinator=127.0.0.1:{port}", "--config.distributed.num_processes=2",
-        f"--config.distributed.process_id={i}")], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True) for i in range(2)]
-    metrics, deadline = workdir / "metrics.jsonl", time.time() + 400
-    while not (metrics.exists() and metrics.read_text().count("\n") >= 3) and all(p.poll() is None for p in procs):
-        assert time.time() < deadline, "no training step was logged"
-        time.sleep(0.5)
+        f"--config.distributed.process_id={i}") for i in range(2)])
+    wait_for_logged_lines(workdir, 3, procs)
     procs[1].send_signal(signal.SIGTERM)
     outs = communicate_all(procs, timeout=300)
     assert [p.returncode for p in procs] == [EXIT_PREEMPTED] * 2, output_tails(procs, outs)

@@ -22,9 +22,8 @@ import pytest
 
 from mmjax.train.preemption import EXIT_PREEMPTED, StopSignals
 from mmjax.train.workdir_lock import WorkdirLock, WorkdirLockedError
-from tests.subprocess_env import subprocess_env
-from tests.train.helpers import (REPO, SHARED_STEPS, coordinator_port, exported_leaves, kill_events, kill_worker_cmd,
-                                 run_processes, run_python, train_cmd)
+from tests.train.helpers import (SHARED_STEPS, coordinator_port, exported_leaves, kill_events, kill_worker_cmd,
+                                 run_processes, run_python, start_processes, train_cmd, wait_for_logged_lines)
 
 CONFIG = "configs/maxmatch_shapes.py:smoke"
 COMMON = (SHARED_STEPS, "--config.train.checkpoint_every=4", "--config.train.eval_every=5",
@@ -60,15 +59,9 @@ def test_train_py_turns_sigterm_into_exit_75_with_a_checkpoint(tmp_path):
     """The command a cluster runs: `train.py` itself (not the test worker) saves on SIGTERM, says how to resume and
     exits with EXIT_PREEMPTED, without a traceback."""
     workdir = tmp_path / "run"
-    env = subprocess_env()
-    proc = subprocess.Popen([sys.executable, *train_cmd(CONFIG, str(workdir), "--config.train.num_steps=100000",
-                                                        "--config.train.checkpoint_every=100000",
-                                                        "--config.train.log_every=1")],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics, deadline = workdir / "metrics.jsonl", time.time() + 400
-    while not (metrics.exists() and metrics.read_text().count("\n") >= 2) and proc.poll() is None:
-        assert time.time() < deadline, "no training step was logged"
-        time.sleep(0.5)
+    proc, = start_processes([train_cmd(CONFIG, str(workdir), "--config.train.num_steps=100000",
+                                       "--config.train.checkpoint_every=100000", "--config.train.log_every=1")])
+    wait_for_logged_lines(workdir, 2, [proc])
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, out[-2000:], err[-3000:])
