@@ -8,6 +8,7 @@
 # seeds 3-4 of the undecided ablation rows; stream b: the L_con cells, then reading B and cosine units; last, the
 # false-negative cells, split between the streams).
 # After each finished cell: bash scripts/publish_study_records.sh "<cell> seed <n>" (republishes the report, commits).
+# Every declared run finished on 2026-12-08: either stream now restores all its cells from the archive and trains none.
 set -eu
 cd "$(dirname "$0")/.."
 stream=${1:?usage: study_streams.sh a|b}
