@@ -98,7 +98,9 @@ def main():
     args = p.parse_args()
     batch = make_batch(args.batch, args.regions, args.tokens, args.dim)
     built = {name: compiled_step(name, batch, args.dim) for name in HEADS}
-    one_chunk = {name: compiled_step(name, batch, args.dim, score_chunk_images=args.batch)[3] for name in HEADS}
+    # Global-M has no local branch, so no chunks: its timed step's count is already whole.
+    one_chunk = {name: compiled_step(name, batch, args.dim, score_chunk_images=args.batch)[3] if HEADS[name][0]
+                 else built[name][3] for name in HEADS}
     medians = {name: [] for name in HEADS}
     for r in range(args.rounds):
         for name, (compiled, state, _, _) in built.items():
